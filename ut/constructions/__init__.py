@@ -1,0 +1,1 @@
+"""Fixed UT constructions: `sparse` (tree routing) and `gaussian` (random)."""

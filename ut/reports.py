@@ -1,0 +1,89 @@
+"""Writing results safely, with provenance (config, seed, git commit, device)."""
+
+import csv
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import jax
+
+from ut.errors import UserError
+
+
+def git_commit():
+  """The repo's HEAD commit (with '+dirty' for uncommitted changes), or 'unknown'."""
+  here = os.path.dirname(os.path.abspath(__file__))
+  try:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           cwd=here, check=True, capture_output=True,
+                           text=True).stdout.strip()
+    return commit + ("+dirty" if dirty else "")
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+
+
+def provenance(config=None):
+  """A dict to store beside every result."""
+  return {
+      "git_commit": git_commit(),
+      "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+      "device": str(jax.devices()[0].device_kind),
+      "num_devices": jax.device_count(),
+      "jax_version": jax.__version__,
+      "argv": sys.argv,
+      "config": None if config is None else json.loads(config.to_json_best_effort()),
+  }
+
+
+def refuse_existing(paths, overwrite, flag="--config.overwrite=True"):
+  """Raises UserError if any path exists and overwriting was not asked for."""
+  if overwrite:
+    return
+  existing = [p for p in paths if os.path.exists(p)]
+  if existing:
+    raise UserError(f"{existing[0]} already exists; pass {flag} to replace it, "
+                    f"or choose another path")
+
+
+def write_json(path, obj):
+  """Writes JSON atomically (tmp file + rename)."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=2, default=_jsonable)
+    f.write("\n")
+  os.replace(tmp, path)
+
+
+def write_csv(path, rows):
+  """Writes a list of flat dicts as CSV atomically."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  os.replace(tmp, path)
+
+
+def format_table(rows, floatfmt="{:.3g}"):
+  """A plain-text table of flat dicts for the terminal (and markdown)."""
+  cols = list(rows[0])
+  cell = lambda v: floatfmt.format(v) if isinstance(v, float) else str(v)
+  cells = [[cell(r[c]) for c in cols] for r in rows]
+  widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+  line = lambda vals: "| " + " | ".join(v.rjust(w) for v, w in zip(vals, widths)) + " |"
+  sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+  return "\n".join([line(cols), sep] + [line(r) for r in cells])
+
+
+def _jsonable(o):
+  if hasattr(o, "tolist"):
+    return o.tolist()
+  if hasattr(o, "item"):
+    return o.item()
+  return str(o)

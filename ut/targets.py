@@ -1,0 +1,219 @@
+"""Target transformers: the attention-only class the theory is about (DESIGN §1).
+
+Shape glossary: L layers, H heads, d width, k query/key width, kv value width,
+d_out read-out width, B batch, T tokens.
+
+A target is a `Target` pytree of stacked weights
+
+  wq, wk: (L, H, d, k);  wv: (L, H, d, kv);  wo: (L, H, kv, d);  wu: (d, d_out)
+
+with static flags `causal` and `residual`. It computes
+
+  X_0 = X,  X_l = [X_{l-1} +] sum_h softmax(mask(X wq_h (X wk_h)^T / sqrt(k))) X wv_h wo_h,
+  T(X) = X_L @ wu.
+
+A looped target has equal weights in every layer. On disk a target is an `.npz`
+with exactly these keys (optional ones have the defaults shown):
+
+  wq, wk (L, H, d, k); wv (L, H, d, kv); wo (L, H, kv, d);
+  wu (d, d_out) = identity;  causal () = 1;  residual () = 0.
+"""
+
+import os
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ut import transformer
+from ut.errors import UserError
+
+REQUIRED_KEYS = ("wq", "wk", "wv", "wo")
+OPTIONAL_KEYS = ("wu", "causal", "residual")
+
+
+@flax.struct.dataclass
+class Target:
+  wq: jax.Array
+  wk: jax.Array
+  wv: jax.Array
+  wo: jax.Array
+  wu: jax.Array
+  causal: bool = flax.struct.field(pytree_node=False, default=True)
+  residual: bool = flax.struct.field(pytree_node=False, default=False)
+
+  @property
+  def num_layers(self):
+    return self.wq.shape[-4]
+
+  @property
+  def num_heads(self):
+    return self.wq.shape[-3]
+
+  @property
+  def width(self):
+    return self.wq.shape[-2]
+
+  @property
+  def head_width(self):
+    return self.wq.shape[-1]
+
+  @property
+  def out_width(self):
+    return self.wu.shape[-1]
+
+  @property
+  def looped(self):
+    """True when every layer has the same weights (checked on the values)."""
+    return all(bool(np.all(np.asarray(w)[:1] == np.asarray(w)))
+               for w in (self.wq, self.wk, self.wv, self.wo))
+
+  def astype(self, dtype):
+    return jax.tree.map(lambda a: np.asarray(a, dtype), self)
+
+
+def check_positive(**sizes):
+  """Raises UserError unless every named size is a positive integer."""
+  for name, value in sizes.items():
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+      raise UserError(f"{name}={value!r} must be a positive integer, e.g. {name}=2")
+
+
+def init(key, *, num_heads, num_layers, width, head_width=None,
+         value_width=None, out_width=None, causal=True, looped=False,
+         residual=False, dtype=jnp.float32):
+  """Random target with weights scaled so that activations stay O(1)."""
+  head_width = width if head_width is None else head_width
+  value_width = width if value_width is None else value_width
+  check_positive(H=num_heads, L=num_layers, d=width, k=head_width,
+                 kv=value_width)
+  h, d, k, kv = num_heads, width, head_width, value_width
+  lp = 1 if looped else num_layers
+  kq, kk, kv_, ko, ku = jax.random.split(key, 5)
+  normal = lambda key, shape, fan_in: (
+      jax.random.normal(key, shape, dtype) / np.sqrt(fan_in).astype(dtype))
+  wq = normal(kq, (lp, h, d, k), d)
+  wk = normal(kk, (lp, h, d, k), d)
+  wv = normal(kv_, (lp, h, d, kv), d)
+  wo = normal(ko, (lp, h, kv, d), kv * h)
+  if looped:
+    wq, wk, wv, wo = (jnp.repeat(w, num_layers, axis=0) for w in (wq, wk, wv, wo))
+  if out_width is None:
+    wu = jnp.eye(d, dtype=dtype)
+  else:
+    check_positive(d_out=out_width)
+    wu = normal(ku, (d, out_width), d)
+  return Target(wq=wq, wk=wk, wv=wv, wo=wo, wu=wu, causal=causal,
+                residual=residual)
+
+
+def apply(target, x_BxTxd, *, precision=transformer.HIGHEST):
+  """T(X) for X of shape (B, T, d); returns (B, T, d_out)."""
+  params = dict(wq=target.wq, wk=target.wk, wv=target.wv, wo=target.wo,
+                readout=target.wu)
+  return transformer.forward(params, x_BxTxd, num_layers=target.num_layers,
+                             causal=target.causal, residual=target.residual,
+                             precision=precision)
+
+
+def bilinear_forms(target):
+  """B[l, h] = wq wk^T / sqrt(k): (L, H, d, d), float64 numpy."""
+  wq, wk = np.asarray(target.wq, np.float64), np.asarray(target.wk, np.float64)
+  return np.einsum("lhik,lhjk->lhij", wq, wk) / np.sqrt(wq.shape[-1])
+
+
+def value_maps(target):
+  """V[l, h] = wv wo: (L, H, d, d), float64 numpy."""
+  wv, wo = np.asarray(target.wv, np.float64), np.asarray(target.wo, np.float64)
+  return np.einsum("lhiv,lhvj->lhij", wv, wo)
+
+
+def save(path, target):
+  """Writes the documented `.npz` format."""
+  np.savez(path, wq=np.asarray(target.wq), wk=np.asarray(target.wk),
+           wv=np.asarray(target.wv), wo=np.asarray(target.wo),
+           wu=np.asarray(target.wu), causal=np.asarray(int(target.causal)),
+           residual=np.asarray(int(target.residual)))
+
+
+def _flag(z, key, default, path):
+  if key not in z.files:
+    return default
+  value = z[key]
+  if value.shape != () or value.item() not in (0, 1):
+    raise UserError(f"{path}: '{key}' must be a 0-d array holding 0 or 1, "
+                    f"got shape {value.shape} value {value.ravel()[:3]}")
+  return bool(value.item())
+
+
+def load(path):
+  """Reads and validates a target `.npz`; returns a float64 numpy `Target`."""
+  if not os.path.isfile(path):
+    raise UserError(f"target file {path!r} does not exist; pass an .npz with keys "
+                    f"{', '.join(REQUIRED_KEYS)}")
+  try:
+    z = np.load(path, allow_pickle=False)
+  except Exception as e:  # numpy raises several types for a bad archive.
+    raise UserError(f"{path}: not a readable .npz archive ({e})") from None
+  missing = [key for key in REQUIRED_KEYS if key not in z.files]
+  if missing:
+    raise UserError(f"{path}: missing key(s) {missing}; a target needs wq, wk "
+                    f"(L,H,d,k), wv (L,H,d,kv), wo (L,H,kv,d), optional wu (d,d_out)")
+  unknown = sorted(set(z.files) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
+  if unknown:
+    raise UserError(f"{path}: unknown key(s) {unknown}; allowed: "
+                    f"{', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
+  arrays = {key: z[key] for key in REQUIRED_KEYS}
+  for key, a in arrays.items():
+    if a.ndim != 4:
+      raise UserError(f"{path}: '{key}' has shape {a.shape}; expected 4 axes "
+                      f"(L, H, ., .)")
+  num_layers, num_heads, d, k = arrays["wq"].shape
+  kv = arrays["wv"].shape[-1]
+  check_positive(L=num_layers, H=num_heads, d=d, k=k, kv=kv)
+  expected = {"wq": (num_layers, num_heads, d, k), "wk": (num_layers, num_heads, d, k),
+              "wv": (num_layers, num_heads, d, kv),
+              "wo": (num_layers, num_heads, kv, d)}
+  if "wu" in z.files:
+    arrays["wu"] = z["wu"]
+    if arrays["wu"].ndim != 2 or arrays["wu"].shape[0] != d:
+      raise UserError(f"{path}: 'wu' has shape {arrays['wu'].shape}; expected "
+                      f"(d, d_out) with d={d}")
+    check_positive(d_out=arrays["wu"].shape[1])
+  else:
+    arrays["wu"] = np.eye(d)
+  for key, shape in expected.items():
+    if arrays[key].shape != shape:
+      raise UserError(f"{path}: '{key}' has shape {arrays[key].shape}; expected "
+                      f"{shape} to match wq (L,H,d,k)={expected['wq']} and "
+                      f"wv (..,kv={kv})")
+  for key, a in arrays.items():
+    if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer):
+      raise UserError(f"{path}: '{key}' has dtype {a.dtype}; expected a float array")
+    if not np.all(np.isfinite(a)):
+      raise UserError(f"{path}: '{key}' holds {int(np.sum(~np.isfinite(a)))} "
+                      f"NaN/inf value(s); all weights must be finite")
+  arrays = {key: a.astype(np.float64) for key, a in arrays.items()}
+  return Target(**arrays, causal=_flag(z, "causal", True, path),
+                residual=_flag(z, "residual", False, path))
+
+
+def load_inputs(path, width):
+  """Reads and validates an input array X of shape (B, n, width)."""
+  if not os.path.isfile(path):
+    raise UserError(f"inputs file {path!r} does not exist; pass a .npy of shape "
+                    f"(B, n, d={width})")
+  try:
+    x = np.load(path, allow_pickle=False)
+  except Exception as e:
+    raise UserError(f"{path}: not a readable .npy array ({e})") from None
+  if x.ndim != 3 or x.shape[-1] != width or 0 in x.shape:
+    raise UserError(f"{path}: inputs have shape {x.shape}; expected (B, n, d) "
+                    f"with d={width} to match the target")
+  if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+    raise UserError(f"{path}: inputs have dtype {x.dtype}; expected floats")
+  if not np.all(np.isfinite(x)):
+    raise UserError(f"{path}: inputs hold {int(np.sum(~np.isfinite(x)))} NaN/inf "
+                    f"value(s); all inputs must be finite")
+  return x.astype(np.float64)

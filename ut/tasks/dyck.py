@@ -1,0 +1,204 @@
+"""Dyck-1: is a string of parentheses balanced? Deterministic numpy generators.
+
+A string over '(' and ')' is balanced when every prefix has at least as many
+'(' as ')' and the whole string has equally many of each.
+
+Shapes and vocabulary:
+
+  B         batch (number of strings)
+  max_len   longest string allowed; every row has T = max_len + 1 tokens
+  PAD   = 0   left padding
+  OPEN  = 1   '('
+  CLOSE = 2   ')'
+  QUERY = 3   '?', always the last token; the model reads its class there
+  VOCAB_SIZE  = 4
+  NUM_CLASSES = 2   label 1 = balanced, 0 = not balanced
+
+A row is LEFT-padded, so the query sits at position T - 1 whatever the length:
+
+  tokens_BxT = [PAD, ..., PAD, s_1, ..., s_len, QUERY]
+
+Mixes (``generate(..., mix=...)``):
+
+  'za'    in the style of Zhong & Andreas (2024). Each example independently
+          falls in one of three equally likely groups:
+            1. a uniformly random string over '()' with length uniform in
+               [2, max_len];
+            2. a uniformly random Dyck word (balanced string) with an even
+               length uniform in [2, max_len];
+            3. such a Dyck word, perturbed: one position, chosen uniformly, is
+               redrawn uniformly from '()'. Half the time the redraw leaves the
+               character unchanged (the string stays balanced); otherwise the
+               bracket is flipped and the counts differ by two.
+          Labels are always the TRUE balancedness (``is_balanced``), not the
+          group. About half the strings come out balanced, and comparing the
+          number of '(' with the number of ')' already scores in the low
+          nineties; it fails only on random strings with equal counts that
+          are not balanced.
+  'hard'  exactly num // 2 balanced strings (uniform Dyck words) and
+          num - num // 2 negatives (one more negative when num is odd). A
+          negative has an even length, equally many '(' and ')', and is not
+          balanced (uniform among such strings of its length), so counting
+          alone scores exactly 50%. Positives and negatives are shuffled.
+
+Worked examples:
+
+>>> is_balanced('(())()'), is_balanced('())('), is_balanced('')
+(True, False, True)
+>>> encode(['()', '(()'], max_len=4)
+array([[0, 0, 1, 2, 3],
+       [0, 1, 1, 2, 3]], dtype=int32)
+>>> decode(encode([')(', '(())'], max_len=4))
+[')(', '(())']
+>>> tokens, labels, texts = generate(4, max_len=8, mix='hard', seed=0)
+>>> tokens.shape, labels.shape, int(labels.sum())
+((4, 9), (4,), 2)
+>>> all(bool(l) == is_balanced(t) for l, t in zip(labels, texts))
+True
+>>> counting_baseline_accuracy(texts, labels)
+0.5
+>>> counting_baseline(['()', ')(', '(()'])
+array([1, 1, 0], dtype=int32)
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+
+PAD = 0
+OPEN = 1
+CLOSE = 2
+QUERY = 3
+VOCAB_SIZE = 4
+NUM_CLASSES = 2
+
+MIXES = ('za', 'hard')
+
+_CHAR_TO_ID = {'(': OPEN, ')': CLOSE}
+_ID_TO_CHAR = {OPEN: '(', CLOSE: ')'}
+
+
+def is_balanced(text: str) -> bool:
+  """True when no prefix of `text` has more ')' than '(' and the counts match."""
+  depth = 0
+  for char in text:
+    depth += 1 if char == '(' else -1
+    if depth < -1:
+      return False
+  return depth == 0
+
+
+def encode(texts: Sequence[str], max_len: int) -> np.ndarray:
+  """Left-padded int32 tokens (B, max_len + 1) ending in QUERY; see the glossary."""
+  tokens_BxT = np.full((len(texts), max_len + 1), PAD, dtype=np.int32)
+  tokens_BxT[:, -1] = QUERY
+  for b, text in enumerate(texts):
+    for position, char in enumerate(text):
+      if char not in _CHAR_TO_ID:
+        raise ValueError(
+            f'text {b}: character {char!r} at position {position} is not '
+            "'(' or ')'.")
+    if len(text) > max_len:
+      raise ValueError(
+          f'text {b} has length {len(text)}, over the limit max_len={max_len}; '
+          f'use max_len >= {len(text)} or a shorter text.')
+    if text:
+      tokens_BxT[b, max_len - len(text):max_len] = [_CHAR_TO_ID[c] for c in text]
+  return tokens_BxT
+
+
+def decode(tokens) -> list[str]:
+  """Inverse of `encode`: drops PAD and QUERY. Accepts (B, T) or a single (T,)."""
+  tokens_BxT = np.atleast_2d(np.asarray(tokens))
+  return [''.join(_ID_TO_CHAR[int(t)] for t in row if int(t) in _ID_TO_CHAR)
+          for row in tokens_BxT]
+
+
+def counting_baseline(texts: Sequence[str]) -> np.ndarray:
+  """Predicts 1 (balanced) iff count('(') == count(')'); int32 (B,)."""
+  return np.array([t.count('(') == t.count(')') for t in texts], dtype=np.int32)
+
+
+def counting_baseline_accuracy(texts: Sequence[str], labels) -> float:
+  """Accuracy of `counting_baseline` against `labels` (B,)."""
+  labels_B = np.asarray(labels)
+  if labels_B.shape != (len(texts),):
+    raise ValueError(
+        f'labels have shape {labels_B.shape}; expected ({len(texts)},), one '
+        'per text.')
+  return float(np.mean(counting_baseline(texts) == labels_B))
+
+
+def _random_length(rng: np.random.Generator, max_len: int, even: bool) -> int:
+  if even:
+    return 2 * int(rng.integers(1, max_len // 2 + 1))
+  return int(rng.integers(2, max_len + 1))
+
+
+def _random_dyck_word(rng: np.random.Generator, length: int) -> str:
+  """A Dyck word of even `length`, uniform among all of them (cycle lemma).
+
+  Shuffle n + 1 up-steps and n down-steps. Exactly one rotation keeps every
+  partial sum positive: the one starting right after the last minimum of the
+  prefix sums. Rotate there and drop the leading up-step.
+  """
+  n = length // 2
+  steps = rng.permutation(np.array([1] * (n + 1) + [-1] * n))
+  prefix = np.concatenate([[0], np.cumsum(steps)[:-1]])  # P_0 .. P_{2n}
+  start = len(prefix) - 1 - int(np.argmin(prefix[::-1]))  # last minimum
+  rotated = np.roll(steps, -start)[1:]
+  return ''.join('(' if s == 1 else ')' for s in rotated)
+
+
+def _random_string(rng: np.random.Generator, length: int) -> str:
+  return ''.join(rng.choice(np.array(['(', ')']), size=length))
+
+
+def _za_text(rng: np.random.Generator, max_len: int) -> str:
+  group = int(rng.integers(3))
+  if group == 0:
+    return _random_string(rng, _random_length(rng, max_len, even=False))
+  text = _random_dyck_word(rng, _random_length(rng, max_len, even=True))
+  if group == 2:
+    position = int(rng.integers(len(text)))
+    text = text[:position] + '()'[int(rng.integers(2))] + text[position + 1:]
+  return text
+
+
+def _hard_negative(rng: np.random.Generator, length: int) -> str:
+  """Equal counts, not balanced; uniform among such strings (rejection)."""
+  while True:  # A shuffle is balanced with probability 1 / (n + 1) <= 1/2.
+    text = ''.join(rng.permutation(np.array(['('] * (length // 2) +
+                                            [')'] * (length // 2))))
+    if not is_balanced(text):
+      return text
+
+
+def _hard_texts(rng: np.random.Generator, num: int, max_len: int) -> list[str]:
+  balanced = [num // 2 > i for i in range(num)]
+  texts = [
+      _random_dyck_word(rng, _random_length(rng, max_len, even=True))
+      if want else _hard_negative(rng, _random_length(rng, max_len, even=True))
+      for want in balanced
+  ]
+  return [texts[i] for i in rng.permutation(num)]
+
+
+def generate(num: int, max_len: int, mix: str, seed: int):
+  """Returns tokens int32 (num, max_len + 1), labels int32 (num,), texts.
+
+  Deterministic given `seed`. See the module docstring for the mixes.
+  """
+  if mix not in MIXES:
+    raise ValueError(f'unknown mix {mix!r}; valid mixes are {MIXES}.')
+  if max_len < 2:
+    raise ValueError(f'max_len={max_len} is too short; use max_len >= 2.')
+  if num < 0:
+    raise ValueError(f'num={num} is negative; use num >= 0.')
+  rng = np.random.default_rng(seed)
+  if mix == 'za':
+    texts = [_za_text(rng, max_len) for _ in range(num)]
+  else:
+    texts = _hard_texts(rng, num, max_len)
+  labels_B = np.array([is_balanced(t) for t in texts], dtype=np.int32)
+  return encode(texts, max_len), labels_B, texts
