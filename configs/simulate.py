@@ -31,8 +31,8 @@ import ml_collections
 def get_config(arg=None):
   config = ml_collections.ConfigDict()
   # Table over a grid of target classes (H, L, d).
-  config.grid = [(1, 1, 4), (1, 2, 4), (1, 3, 4), (2, 1, 4), (2, 2, 4),
-                 (2, 3, 4), (3, 2, 4), (2, 2, 8)]
+  config.grid = ((1, 1, 4), (1, 2, 4), (1, 3, 4), (2, 1, 4), (2, 2, 4),
+                 (2, 3, 4), (3, 2, 4), (2, 2, 8))
   config.num_targets = 4        # Targets checked per row (vmapped).
   config.batch = 4              # Inputs per target.
   config.seq_len = 6
@@ -51,7 +51,7 @@ def get_config(arg=None):
   config.seed = 0
   config.overwrite = False
   if arg == "smoke":
-    config.grid = [(1, 2, 3), (2, 2, 2)]
+    config.grid = ((1, 2, 3), (2, 2, 2))
     config.num_targets = 2
     config.batch = 2
   elif arg:

@@ -172,7 +172,8 @@ def run_target_file(config):
   report = {
       "construction": config.ut,
       "m": creport.m,
-      "N": bounds.random_threshold(h, num_layers, d, residual=target.residual),
+      "N": (creport.num_conditions if config.ut == "random" else
+            bounds.random_threshold(h, num_layers, d, residual=target.residual)),
       "sparse_width": bounds.sparse_width(h, num_layers, d),
       "lower_bound": bounds.lower_bound(h, num_layers),
       "H": h, "L": num_layers, "d": d, "d_out": target.out_width,

@@ -28,7 +28,7 @@ def attention_weights(q_BxHxTxK, k_BxHxTxK, *, causal, precision=HIGHEST):
   if causal:
     t = s_BxHxTxT.shape[-1]
     mask_TxT = jnp.tril(jnp.ones((t, t), dtype=bool))
-    s_BxHxTxT = jnp.where(mask_TxT, s_BxHxTxT, jnp.finfo(s_BxHxTxT.dtype).min)
+    s_BxHxTxT = jnp.where(mask_TxT[None, None], s_BxHxTxT, jnp.finfo(s_BxHxTxT.dtype).min)
   return jax.nn.softmax(s_BxHxTxT, axis=-1)
 
 

@@ -1,0 +1,180 @@
+"""Equivalence: a fixed UT with a compiled E reproduces the target (numpy reference)."""
+
+import math
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import numpy as np
+
+from tests import reference
+from tests import test_cases
+from ut import bounds
+from ut import compile as compile_lib
+from ut import simulate
+from ut import targets as targets_lib
+from ut.constructions import gaussian
+from ut.constructions import sparse
+
+F64_ATOL = 1e-9     # Issue: float64 max abs error <= 1e-9.
+F32_RTOL = 1e-4     # Issue: float32 <= 1e-4 relative (sparse; random at 1.25 N).
+
+
+def make_target(seed, *, num_heads, num_layers, width, causal, looped, residual,
+                out_width=None):
+  w = reference.random_target(np.random.default_rng(seed), num_heads=num_heads,
+                              num_layers=num_layers, width=width, looped=looped,
+                              out_width=out_width)
+  w.setdefault("wu", np.eye(width))
+  return w, targets_lib.Target(**w, causal=causal, residual=residual)
+
+
+def build_ut(case, target, m_factor=1.0):
+  h, num_layers, d = case["num_heads"], case["num_layers"], case["width"]
+  if case["construction"] == "sparse":
+    ut = sparse.make_sparse_ut(h, num_layers, d)
+    program, _ = compile_lib.compile_sparse(ut, target)
+    if case["path"] == "dense":
+      ut = sparse.to_dense(ut, np.float64)
+    return ut, program
+  n = bounds.random_threshold(h, num_layers, d, residual=case["residual"],
+                              shared=case["shared"] and case["residual"])
+  ut = gaussian.make_gaussian_ut(h, num_layers, math.ceil(m_factor * n), d, seed=1,
+                                 shared=case["shared"])
+  program, report = compile_lib.compile_random(ut, target)
+  assert report.exact, report
+  return ut, program
+
+
+class EquivalenceTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(*test_cases.CASES)
+  def test_ut_matches_numpy_target(self, construction, num_heads, num_layers,
+                                   width, causal, looped, residual, path, shared):
+    case = dict(construction=construction, num_heads=num_heads,
+                num_layers=num_layers, width=width, causal=causal, looped=looped,
+                residual=residual, path=path, shared=shared)
+    g = 3  # Targets checked at once (vmapped).
+    pairs = [make_target(100 + i, num_heads=num_heads, num_layers=num_layers,
+                         width=width, causal=causal, looped=looped,
+                         residual=residual) for i in range(g)]
+    x = np.random.default_rng(7).standard_normal((g, 2, 5, width))
+    ref = np.stack([reference.target_forward(w, xi, causal=causal,
+                                             residual=residual)
+                    for (w, _), xi in zip(pairs, x)])
+    built = [build_ut(case, t) for _, t in pairs]
+    # The same UT serves every target: only the programs differ.
+    ut = built[0][0]
+    result = simulate.check(ut, simulate.stack([b[1] for b in built]),
+                            simulate.stack([t for _, t in pairs]), x)
+    np.testing.assert_allclose(result["reference"], ref, atol=1e-12, rtol=0)
+    y64 = result["float64"]["output"]
+    chex.assert_shape(y64, ref.shape)
+    np.testing.assert_allclose(y64, ref, atol=F64_ATOL, rtol=0)
+    self.assertLessEqual(result["float64"]["max_abs_err"], F64_ATOL)
+    if construction == "random":  # float32 needs a little width above N.
+      built = [build_ut(case, t, m_factor=1.25) for _, t in pairs]
+      result = simulate.check(built[0][0],
+                              simulate.stack([b[1] for b in built]),
+                              simulate.stack([t for _, t in pairs]), x,
+                              dtypes=("float32",))
+    y32 = result["float32"]["output"]
+    self.assertEqual(y32.dtype, np.float32)
+    rel = np.abs(y32 - ref).max() / np.abs(ref).max()
+    self.assertLessEqual(rel, F32_RTOL)
+
+
+class StructuredPathTest(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters((1, 3, 3, False), (2, 2, 2, True), (3, 2, 2, False))
+  def test_structured_equals_dense(self, h, num_layers, d, residual):
+    ut = sparse.make_sparse_ut(h, num_layers, d)
+    rng = np.random.default_rng(0)
+    embed = rng.standard_normal((d, ut.m))  # Any E, not only compiled ones.
+    x = rng.standard_normal((2, 4, d))
+    dense = dict(sparse.to_dense(ut, np.float64), embed=embed)
+    with jax.enable_x64(True):
+      structured = self.variant(
+          lambda e, x: sparse.sparse_apply(ut, e, x, causal=True,
+                                           residual=residual))(embed, x)
+      from ut import transformer  # pylint: disable=g-import-not-at-top
+      want = transformer.forward(dense, x, num_layers=num_layers, causal=True,
+                                 residual=residual)
+    chex.assert_trees_all_close(structured, want, atol=1e-12, rtol=1e-12)
+
+  def test_dense_weights_are_01_and_shared(self):
+    ut = sparse.make_sparse_ut(2, 3, 2)
+    dense = sparse.to_dense(ut)
+    for name, w in dense.items():
+      self.assertTrue(np.all((w == 0) | (w == 1)), name)
+    self.assertEqual(dense["wv"].shape[0], 1)  # One set of weights, every layer.
+    self.assertEqual(dense["wv"].shape[-1], bounds.sparse_width(2, 3, 2))
+    # Each R_V[g] is a partial permutation of blocks: at most one 1 per row/column.
+    for g in range(2):
+      self.assertLessEqual(dense["wv"][0, g].sum(0).max(), 1)
+      self.assertLessEqual(dense["wv"][0, g].sum(1).max(), 1)
+
+
+class ThresholdTest(parameterized.TestCase):
+
+  @parameterized.parameters((1, 2, 3), (2, 2, 2), (2, 3, 2), (3, 2, 2))
+  def test_exact_at_n_not_below(self, h, num_layers, d):
+    w, target = make_target(5, num_heads=h, num_layers=num_layers, width=d,
+                            causal=True, looped=False, residual=False)
+    x = np.random.default_rng(3).standard_normal((1, 4, 6, d))
+    ref = reference.target_forward(w, x[0], causal=True, residual=False)
+    n = bounds.random_threshold(h, num_layers, d)
+    errs = {}
+    for m in (n, n - 1):
+      ut = gaussian.make_gaussian_ut(h, num_layers, m, d, seed=0)
+      if m < n:
+        with self.assertWarnsRegex(UserWarning, "below N"):
+          program, report = compile_lib.compile_random(ut, target)
+        self.assertFalse(report.exact)
+      else:
+        program, report = compile_lib.compile_random(ut, target)
+        self.assertTrue(report.exact)
+      self.assertEqual(report.num_conditions, n)
+      y = simulate.check(ut, simulate.stack([program]), simulate.stack([target]),
+                         x, dtypes=("float64",))["float64"]["output"][0]
+      errs[m] = np.abs(y - ref).max()
+    self.assertLess(errs[n], 1e-9)
+    self.assertGreater(errs[n - 1], 1e-3)  # Clearly not a simulation.
+
+  def test_search_finds_n(self):
+    _, target = make_target(9, num_heads=2, num_layers=2, width=2, causal=True,
+                            looped=False, residual=False)
+    m, probes = compile_lib.smallest_exact_width(target, seed=0)
+    self.assertEqual(m, bounds.random_threshold(2, 2, 2))
+    self.assertGreater(probes, 1)
+
+
+class TargetApplyTest(parameterized.TestCase):
+
+  @parameterized.parameters((True, False), (False, True))
+  def test_target_apply_matches_reference(self, causal, residual):
+    w, target = make_target(2, num_heads=2, num_layers=2, width=4, causal=causal,
+                            looped=False, residual=residual, out_width=3)
+    # Non-square heads: k != kv != d.
+    rng = np.random.default_rng(4)
+    w.update(wq=rng.standard_normal((2, 2, 4, 5)), wk=rng.standard_normal((2, 2, 4, 5)),
+             wv=rng.standard_normal((2, 2, 4, 3)), wo=rng.standard_normal((2, 2, 3, 4)))
+    target = targets_lib.Target(**w, causal=causal, residual=residual)
+    x = rng.standard_normal((3, 6, 4))
+    with jax.enable_x64(True):
+      y = np.asarray(targets_lib.apply(target, x))
+    np.testing.assert_allclose(
+        y, reference.target_forward(w, x, causal=causal, residual=residual),
+        atol=1e-12, rtol=0)
+
+  def test_sparse_refuses_per_layer_residual(self):
+    _, target = make_target(1, num_heads=2, num_layers=2, width=2, causal=True,
+                            looped=False, residual=True)
+    with self.assertRaisesRegex(ValueError, "looped.*random"):
+      compile_lib.compile_sparse(sparse.make_sparse_ut(2, 2, 2), target)
+
+
+if __name__ == "__main__":
+  absltest.main()
