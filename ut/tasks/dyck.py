@@ -31,10 +31,12 @@ Mixes (``generate(..., mix=...)``):
                character unchanged (the string stays balanced); otherwise the
                bracket is flipped and the counts differ by two.
           Labels are always the TRUE balancedness (``is_balanced``), not the
-          group. About half the strings come out balanced, and comparing the
-          number of '(' with the number of ')' already scores in the low
-          nineties; it fails only on random strings with equal counts that
-          are not balanced.
+          group. About half the strings come out balanced (0.51 at max_len
+          16 and 32), and comparing the number of '(' with the number of ')'
+          already scores 0.96 (max_len 16) to 0.97 (max_len 32); it fails only
+          on random strings with equal counts that are not balanced. (Zhong &
+          Andreas report about 52% balanced and 93% for counting; their
+          lengths and perturbation are not known here.)
   'hard'  exactly num // 2 balanced strings (uniform Dyck words) and
           num - num // 2 negatives (one more negative when num is odd). A
           negative has an even length, equally many '(' and ')', and is not
@@ -83,7 +85,7 @@ def is_balanced(text: str) -> bool:
   depth = 0
   for char in text:
     depth += 1 if char == '(' else -1
-    if depth < -1:
+    if depth < 0:
       return False
   return depth == 0
 
