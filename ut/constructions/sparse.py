@@ -6,16 +6,18 @@ m = P d UT width, B batch, T tokens, Q routed (non-leaf) blocks.
 Blocks of width d are indexed by strings over the heads {0..H-1}:
   ("s", s) for |s| <= L        state blocks; E puts C_s there;
   ("q", h, s) for |s| <= L-1   query blocks; E puts sqrt(d) C_s B[|s|+1, h] there.
-Blocks are ordered routed-first: every block that can receive a value (a state
-block with |s| <= L-1, a query block with |s| <= L-2) comes before the leaves,
-so routing writes a prefix of the blocks and zero-fills the rest.
+Blocks are ordered by level j = |s|: level j holds ("s", s) for the H^j strings
+s of length j, then ("q", h, s) for every head h (levels j <= L-1 only); within a
+role the strings are in lexicographic order, first symbol most significant. So
+the strings g.t of level j+1 with first symbol g form the g-th of H equal
+contiguous runs, and routing level j+1 into level j is a reshape.
 
 The same weights serve every layer:
   R_Q[h]  selects ("q", h, ());  R_K[h] and U select ("s", ());
   R_V[g]  moves (role, g.t) to (role, t); root blocks and blocks whose first
           symbol is not g are dropped.
-`SparseUT` keeps these as index arrays: routing is a gather of d-wide blocks,
-and no m x m matrix is ever built (`sparse_apply`). `to_dense` builds the {0,1}
+`sparse_apply` routes by slicing and reshaping d-wide blocks: no m x m matrix is
+ever built. `SparseUT.src` lists the same routing as indices (for `to_dense`). `to_dense` builds the {0,1}
 matrices for small sizes; `transformer.forward` on them is the dense formulation.
 """
 
@@ -34,10 +36,12 @@ from ut import transformer
 class SparseUT:
   """Index form of the tree-routing UT.
 
-  src: (H, Q) int32, src[g, i] is the block routed into block i by head g.
+  src: (H, Q) int32, src[g, i] is the block head g routes into block dst[i].
+  dst: (Q,) int32, the blocks that receive a value (the others are zeroed).
   q_root: (H,) int32, the block R_Q[h] selects.  The state root is block 0.
   """
   src: jax.Array
+  dst: jax.Array
   q_root: jax.Array
   num_heads: int = flax.struct.field(pytree_node=False)
   num_layers: int = flax.struct.field(pytree_node=False)
@@ -49,17 +53,24 @@ class SparseUT:
     return self.num_blocks * self.width
 
 
+def _strings(num_heads, length):
+  return list(itertools.product(range(num_heads), repeat=length))
+
+
+def level_roles(num_heads, num_layers, level):
+  """Roles present at a level: the state role, plus H query roles below L."""
+  return 1 + num_heads if level < num_layers else 1
+
+
 def block_names(num_heads, num_layers):
-  """Block keys in layout order: routed blocks first, then leaves."""
-  strings = lambda j: list(itertools.product(range(num_heads), repeat=j))
-  routed, leaves = [], []
+  """Block keys in layout order (by level, then role, then string)."""
+  names = []
   for j in range(num_layers + 1):
-    (routed if j < num_layers else leaves).extend(("s", s) for s in strings(j))
-  for h in range(num_heads):
-    for j in range(num_layers):
-      (routed if j < num_layers - 1 else leaves).extend(
-          ("q", h, s) for s in strings(j))
-  return routed + leaves
+    names.extend(("s", s) for s in _strings(num_heads, j))
+    if j < num_layers:
+      for h in range(num_heads):
+        names.extend(("q", h, s) for s in _strings(num_heads, j))
+  return names
 
 
 def make_sparse_ut(num_heads, num_layers, width):
@@ -67,15 +78,16 @@ def make_sparse_ut(num_heads, num_layers, width):
   m = bounds.sparse_width(num_heads, num_layers, width)
   names = block_names(num_heads, num_layers)
   index = {name: i for i, name in enumerate(names)}
-  num_routed = sum(1 for name in names if len(name[-1]) < num_layers -
-                   (name[0] == "q"))
-  src = np.zeros((num_heads, num_routed), np.int32)
-  for i, name in enumerate(names[:num_routed]):
+  routed = [(i, name) for i, name in enumerate(names)
+            if len(name[-1]) < num_layers - (name[0] == "q")]
+  src = np.zeros((num_heads, len(routed)), np.int32)
+  dst = np.array([i for i, _ in routed], np.int32)
+  for k, (_, name) in enumerate(routed):
     for g in range(num_heads):
-      src[g, i] = index[name[:-1] + ((g,) + name[-1],)]
+      src[g, k] = index[name[:-1] + ((g,) + name[-1],)]
   q_root = np.array([index[("q", h, ())] for h in range(num_heads)], np.int32)
   assert len(names) * width == m and index[("s", ())] == 0
-  return SparseUT(src=src, q_root=q_root, num_heads=num_heads,
+  return SparseUT(src=src, dst=dst, q_root=q_root, num_heads=num_heads,
                   num_layers=num_layers, width=width, num_blocks=len(names))
 
 
@@ -93,33 +105,55 @@ def to_dense(ut, dtype=np.float32):
   for g in range(h):
     wq[0, g, block(int(ut.q_root[g]))] = eye
     wk[0, g, block(0)] = eye
-    for dst, s in enumerate(src[g]):
-      wv[0, g, block(int(s)), block(dst)] = eye
+    for s, t in zip(src[g], np.asarray(ut.dst)):
+      wv[0, g, block(int(s)), block(int(t))] = eye
   return dict(wq=wq, wk=wk, wv=wv, unembed=unembed)
 
 
 def sparse_apply(ut, embed_DxM, x_BxTxD, *, causal, residual, readout=None,
                  precision=transformer.HIGHEST):
-  """UT(X, E) by block gathers: O(B T m) routing plus O(B T^2 m) attention.
+  """UT(X, E) by block routing: O(B T m) data movement plus O(B T^2 m) attention.
 
+  The state is kept as one array per level, (B, T, F_j) with F_j = roles * H^j * d,
+  so that no m-wide array is ever sliced, padded or concatenated; a level known
+  to be zero is None and is skipped.
   Returns Z_L U (B, T, d), or Z_L U readout when a readout is given.
   """
-  d, p = ut.width, ut.num_blocks
+  h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
   b, t = x_BxTxD.shape[:2]
-  z = jnp.einsum("btd,dm->btm", x_BxTxD, embed_DxM, precision=precision)
-  z_BxTxPxd = z.reshape(b, t, p, d)
-  num_routed = ut.src.shape[1]
-  for _ in range(ut.num_layers):
-    q_BxHxTxd = jnp.moveaxis(z_BxTxPxd[:, :, ut.q_root], 2, 1)
-    k_BxHxTxd = jnp.broadcast_to(z_BxTxPxd[:, None, :, 0], q_BxHxTxd.shape)
+  sizes = [level_roles(h, num_layers, j) * h**j * d for j in range(num_layers + 1)]
+  offsets = np.cumsum([0] + sizes)
+  levels = [jnp.einsum("btd,df->btf", x_BxTxD, embed_DxM[:, lo:hi],
+                       precision=precision)
+            for lo, hi in zip(offsets[:-1], offsets[1:])]
+  for _ in range(num_layers):
+    q_BxHxTxd = levels[0][:, :, d:].reshape(b, t, h, d).transpose(0, 2, 1, 3)
+    k_BxHxTxd = jnp.broadcast_to(levels[0][:, None, :, :d], q_BxHxTxd.shape)
     a_BxHxTxT = transformer.attention_weights(q_BxHxTxd, k_BxHxTxd,
                                               causal=causal, precision=precision)
-    v_BxTxHxQxd = z_BxTxPxd[:, :, ut.src]
-    routed_BxTxQxd = jnp.einsum("bhts,bshqd->btqd", a_BxHxTxT, v_BxTxHxQxd,
-                                precision=precision)
-    new = jnp.pad(routed_BxTxQxd, ((0, 0), (0, 0), (0, p - num_routed), (0, 0)))
-    z_BxTxPxd = z_BxTxPxd + new if residual else new
-  y = z_BxTxPxd[:, :, 0]
+    new = []
+    for j in range(num_layers):
+      if levels[j + 1] is None:  # Known zero: nothing to route.
+        new.append(None)
+        continue
+      # Level j+1, role r, string g.t  ->  level j, role r, string t, via head g.
+      # Heads first, so that each head is one (T x T) @ (T x F) matmul.
+      roles = level_roles(h, num_layers, j + 1)
+      src_BxHxTxF = (levels[j + 1].reshape(b, t, roles, h, h**j * d)
+                     .transpose(0, 3, 1, 2, 4).reshape(b, h, t, -1))
+      routed = jnp.einsum("bgts,bgsf->btf", a_BxHxTxT, src_BxHxTxF,
+                          precision=precision)
+      if routed.shape[-1] < sizes[j]:  # Query leaves at level L-1 get nothing.
+        routed = jnp.concatenate(
+            [routed, jnp.zeros((b, t, sizes[j] - routed.shape[-1]), routed.dtype)],
+            axis=-1)
+      new.append(routed)
+    new.append(None)  # Leaves receive nothing.
+    if residual:
+      levels = [z if n is None else z + n for z, n in zip(levels, new)]
+    else:  # Without residuals the deepest levels empty out, one per layer.
+      levels = new
+  y = levels[0][:, :, :d]
   if readout is not None:
     y = jnp.einsum("btd,do->bto", y, readout, precision=precision)
   return y

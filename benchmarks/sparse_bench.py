@@ -1,0 +1,141 @@
+r"""Benchmarks of the simulation core; prints medians and ratios, run side by side.
+
+  python -m benchmarks.sparse_bench                 # all three parts
+  python -m benchmarks.sparse_bench --part=ratio    # structured vs dense
+  python -m benchmarks.sparse_bench --part=scale    # H=2, L=10, d=64 sparse run
+  python -m benchmarks.sparse_bench --part=compile  # random least-squares compile
+
+ratio:   forward + gradient w.r.t. E of the sparse UT at H=2, L=4, d=16 (m=976),
+         n=32, batch 32: structured (block gathers) against dense (m x m R_V).
+scale:   H=2, L=10, d=64 (m=261,952; a dense R_V would need ~275 GB): build,
+         compile and simulate-check on a few inputs, with peak memory (run in a
+         fresh subprocess so that its peak RSS is its own).
+compile: random-UT compile time (building A, least squares, cond) for N of a
+         few thousand.
+"""
+
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ut import bounds
+from ut import compile as compile_lib
+from ut import simulate
+from ut import targets as targets_lib
+from ut import transformer
+from ut.constructions import gaussian
+from ut.constructions import sparse
+
+_PART = flags.DEFINE_enum("part", "all", ["all", "ratio", "scale", "compile"],
+                          "Which benchmark to run.")
+_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).")
+
+
+def median_seconds(fn, repeats):
+  jax.block_until_ready(fn())  # Compile and warm up.
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def bench_ratio(repeats):
+  h, num_layers, d, n, batch = 2, 4, 16, 32, 32
+  ut = sparse.make_sparse_ut(h, num_layers, d)
+  target = targets_lib.init(jax.random.PRNGKey(0), num_heads=h,
+                            num_layers=num_layers, width=d)
+  program, _ = compile_lib.compile_sparse(ut, target)
+  embed = jnp.asarray(program["embed"], jnp.float32)
+  x = jax.random.normal(jax.random.PRNGKey(1), (batch, n, d))
+  dense = jax.tree.map(jnp.asarray, sparse.to_dense(ut))
+
+  def structured_loss(e):
+    return jnp.sum(sparse.sparse_apply(ut, e, x, causal=True, residual=False)**2)
+
+  def dense_loss(e):
+    y = transformer.forward(dict(dense, embed=e), x, num_layers=num_layers,
+                            causal=True, residual=False)
+    return jnp.sum(y**2)
+
+  fns = {name: jax.jit(jax.value_and_grad(f))
+         for name, f in (("structured", structured_loss), ("dense", dense_loss))}
+  outs = {name: fn(embed) for name, fn in fns.items()}
+  rel = float(jnp.abs(outs["structured"][1] - outs["dense"][1]).max()
+              / jnp.abs(outs["dense"][1]).max())
+  secs = {name: median_seconds(lambda fn=fn: fn(embed), repeats)
+          for name, fn in fns.items()}
+  print(f"[ratio] sparse UT H={h} L={num_layers} d={d} m={ut.m} n={n} batch={batch},"
+        f" forward+grad wrt E, median of {repeats}:")
+  print(f"  dense      {secs['dense'] * 1e3:9.2f} ms")
+  print(f"  structured {secs['structured'] * 1e3:9.2f} ms")
+  print(f"  speed-up (dense / structured): {secs['dense'] / secs['structured']:.1f}x;"
+        f" max rel diff of grads {rel:.2e}")
+
+
+def bench_scale():
+  h, num_layers, d, batch, n = 2, 10, 64, 2, 8
+  t0 = time.perf_counter()
+  ut = sparse.make_sparse_ut(h, num_layers, d)
+  t1 = time.perf_counter()
+  target = targets_lib.init(jax.random.PRNGKey(0), num_heads=h,
+                            num_layers=num_layers, width=d).astype(np.float64)
+  program, _ = compile_lib.compile_sparse(ut, target)
+  t2 = time.perf_counter()
+  x = np.random.default_rng(0).standard_normal((1, batch, n, d))
+  result = simulate.check(ut, simulate.stack([program]), simulate.stack([target]), x)
+  t3 = time.perf_counter()
+  peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+  dense_gb = ut.m**2 * 4 / 1e9  # One m x m float32 matrix.
+  print(f"[scale] sparse UT H={h} L={num_layers} d={d}: m={ut.m} "
+        f"(formula {bounds.sparse_width(h, num_layers, d)}); one dense m x m R_V needs "
+        f"{dense_gb:.0f} GB in float32")
+  print(f"  build {t1 - t0:.2f}s  compile {t2 - t1:.2f}s  simulate-check "
+        f"(f64 target + f32 and f64 UT, {batch}x{n} tokens, incl. XLA compile) "
+        f"{t3 - t2:.2f}s  total {t3 - t0:.2f}s")
+  print(f"  peak RSS {peak_gb:.2f} GB (whole process, incl. JAX runtime); "
+        f"f32 rel err {result['float32']['max_rel_err']:.2e}, f64 abs err "
+        f"{result['float64']['max_abs_err']:.2e}")
+
+
+def bench_compile():
+  print("[compile] random UT, per-layer, m = N, float64 least squares:")
+  for h, num_layers, d in ((2, 4, 16), (3, 3, 16), (2, 4, 32), (2, 5, 24)):
+    n = bounds.random_threshold(h, num_layers, d)
+    target = targets_lib.init(jax.random.PRNGKey(0), num_heads=h,
+                              num_layers=num_layers, width=d).astype(np.float64)
+    ut = gaussian.make_gaussian_ut(h, num_layers, n, d, seed=0)
+    start = time.perf_counter()
+    a, _ = compile_lib.linear_system(ut, target)
+    t_sys = time.perf_counter() - start
+    _, report = compile_lib.compile_random(ut, target)
+    print(f"  H={h} L={num_layers} d={d} N={n}: build A {t_sys:.2f}s, "
+          f"total compile {report.seconds:.2f}s, cond {report.cond:.3g}, "
+          f"rel residual {report.rel_residual:.1e} (A is {a.shape[0]}x{a.shape[1]})")
+
+
+def main(argv):
+  del argv
+  part = _PART.value
+  if part in ("all", "ratio"):
+    bench_ratio(_REPEATS.value)
+  if part == "all":  # Own process, so that peak memory is the scale run's alone.
+    subprocess.run([sys.executable, "-m", "benchmarks.sparse_bench",
+                    "--part=scale"], check=True)
+  if part == "scale":
+    bench_scale()
+  if part in ("all", "compile"):
+    bench_compile()
+
+
+if __name__ == "__main__":
+  app.run(main)
