@@ -110,6 +110,54 @@ def to_dense(ut, dtype=np.float32):
   return dict(wq=wq, wk=wk, wv=wv, unembed=unembed)
 
 
+def _level_sizes(ut):
+  h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
+  return [level_roles(h, num_layers, j) * h**j * d for j in range(num_layers + 1)]
+
+
+def _route_levels(ut, levels, *, causal, precision):
+  """One UT layer without residual: sum_h A_h Z R_V[h], on per-level arrays.
+
+  levels[j]: (B, T, F_j) or None for a level known to be zero (level 0 is never
+  None). Returns the new levels, with None where nothing is routed.
+  """
+  h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
+  b, t = levels[0].shape[:2]
+  sizes = _level_sizes(ut)
+  q_BxHxTxd = levels[0][:, :, d:].reshape(b, t, h, d).transpose(0, 2, 1, 3)
+  k_BxHxTxd = jnp.broadcast_to(levels[0][:, None, :, :d], q_BxHxTxd.shape)
+  a_BxHxTxT = transformer.attention_weights(q_BxHxTxd, k_BxHxTxd,
+                                            causal=causal, precision=precision)
+  new = []
+  for j in range(num_layers):
+    if levels[j + 1] is None:  # Known zero: nothing to route.
+      new.append(None)
+      continue
+    # Level j+1, role r, string g.t  ->  level j, role r, string t, via head g.
+    # Heads first, so that each head is one (T x T) @ (T x F) matmul.
+    roles = level_roles(h, num_layers, j + 1)
+    src_BxHxTxF = (levels[j + 1].reshape(b, t, roles, h, h**j * d)
+                   .transpose(0, 3, 1, 2, 4).reshape(b, h, t, -1))
+    routed = jnp.einsum("bgts,bgsf->btf", a_BxHxTxT, src_BxHxTxF,
+                        precision=precision)
+    if routed.shape[-1] < sizes[j]:  # Query leaves at level L-1 get nothing.
+      routed = jnp.concatenate(
+          [routed, jnp.zeros((b, t, sizes[j] - routed.shape[-1]), routed.dtype)],
+          axis=-1)
+    new.append(routed)
+  new.append(None)  # Leaves receive nothing.
+  return new
+
+
+def route_layer(ut, z_BxTxM, *, causal, precision=transformer.HIGHEST):
+  """One UT attention layer on a flat state: sum_h A_h Z R_V[h], (B, T, m)."""
+  offsets = np.cumsum([0] + _level_sizes(ut))
+  levels = [z_BxTxM[..., lo:hi] for lo, hi in zip(offsets[:-1], offsets[1:])]
+  new = _route_levels(ut, levels, causal=causal, precision=precision)
+  return jnp.concatenate([jnp.zeros_like(z) if n is None else n
+                          for z, n in zip(levels, new)], axis=-1)
+
+
 def sparse_apply(ut, embed_DxM, x_BxTxD, *, causal, residual, readout=None,
                  precision=transformer.HIGHEST):
   """UT(X, E) by block routing: O(B T m) data movement plus O(B T^2 m) attention.
@@ -119,41 +167,17 @@ def sparse_apply(ut, embed_DxM, x_BxTxD, *, causal, residual, readout=None,
   to be zero is None and is skipped.
   Returns Z_L U (B, T, d), or Z_L U readout when a readout is given.
   """
-  h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
-  b, t = x_BxTxD.shape[:2]
-  sizes = [level_roles(h, num_layers, j) * h**j * d for j in range(num_layers + 1)]
-  offsets = np.cumsum([0] + sizes)
+  offsets = np.cumsum([0] + _level_sizes(ut))
   levels = [jnp.einsum("btd,df->btf", x_BxTxD, embed_DxM[:, lo:hi],
                        precision=precision)
             for lo, hi in zip(offsets[:-1], offsets[1:])]
-  for _ in range(num_layers):
-    q_BxHxTxd = levels[0][:, :, d:].reshape(b, t, h, d).transpose(0, 2, 1, 3)
-    k_BxHxTxd = jnp.broadcast_to(levels[0][:, None, :, :d], q_BxHxTxd.shape)
-    a_BxHxTxT = transformer.attention_weights(q_BxHxTxd, k_BxHxTxd,
-                                              causal=causal, precision=precision)
-    new = []
-    for j in range(num_layers):
-      if levels[j + 1] is None:  # Known zero: nothing to route.
-        new.append(None)
-        continue
-      # Level j+1, role r, string g.t  ->  level j, role r, string t, via head g.
-      # Heads first, so that each head is one (T x T) @ (T x F) matmul.
-      roles = level_roles(h, num_layers, j + 1)
-      src_BxHxTxF = (levels[j + 1].reshape(b, t, roles, h, h**j * d)
-                     .transpose(0, 3, 1, 2, 4).reshape(b, h, t, -1))
-      routed = jnp.einsum("bgts,bgsf->btf", a_BxHxTxT, src_BxHxTxF,
-                          precision=precision)
-      if routed.shape[-1] < sizes[j]:  # Query leaves at level L-1 get nothing.
-        routed = jnp.concatenate(
-            [routed, jnp.zeros((b, t, sizes[j] - routed.shape[-1]), routed.dtype)],
-            axis=-1)
-      new.append(routed)
-    new.append(None)  # Leaves receive nothing.
+  for _ in range(ut.num_layers):
+    new = _route_levels(ut, levels, causal=causal, precision=precision)
     if residual:
       levels = [z if n is None else z + n for z, n in zip(levels, new)]
     else:  # Without residuals the deepest levels empty out, one per layer.
       levels = new
-  y = levels[0][:, :, :d]
+  y = levels[0][:, :, :ut.width]
   if readout is not None:
     y = jnp.einsum("btd,do->bto", y, readout, precision=precision)
   return y
