@@ -1,0 +1,78 @@
+"""Shared pieces of the training configs: defaults and the typed argument parser."""
+
+import ml_collections
+
+from ut.errors import UserError
+
+# Model sizes per kind. Our choices: the paper's sizes are not available.
+MODEL_DEFAULTS = {
+    # Virtual target (H, L, d) of the tree-routing UT; m = d(7 + 6) = 208.
+    "sparse": dict(num_heads=2, num_layers=2, width=16),
+    # Gaussian UT of width m with k_u = 32.
+    "random": dict(num_heads=2, num_layers=2, m=256, head_width=32),
+    # Standard transformer of width 64, 2 heads of width 32.
+    "trained": dict(num_heads=2, num_layers=2, width=64, head_width=32),
+}
+
+
+def parse_arg(arg, defaults):
+  """'model=random,variant=res_ln,k=2,smoke' -> dict typed like `defaults`.
+
+  A bare word is a boolean flag set to True. Unknown keys and untyped values
+  raise UserError naming the valid keys.
+  """
+  out = dict(defaults)
+  for item in filter(None, (arg or "").split(",")):
+    key, sep, value = item.partition("=")
+    key = key.strip()
+    if key not in defaults:
+      raise UserError(f"unknown config argument {key!r}; valid: "
+                      f"{', '.join(sorted(defaults))}")
+    kind = type(defaults[key])
+    if not sep:
+      if kind is not bool:
+        raise UserError(f"config argument {key!r} needs a value, e.g. {key}="
+                        f"{defaults[key]}")
+      out[key] = True
+    elif kind is bool:
+      if value.lower() not in ("true", "false", "1", "0"):
+        raise UserError(f"config argument {key}={value!r} must be true or false")
+      out[key] = value.lower() in ("true", "1")
+    else:
+      try:
+        out[key] = kind(value)
+      except ValueError:
+        raise UserError(f"config argument {key}={value!r} must be a "
+                        f"{kind.__name__}") from None
+  return out
+
+
+def base_config(kind, variant, seed):
+  config = ml_collections.ConfigDict()
+  config.seed = seed
+  config.model = ml_collections.ConfigDict(dict(
+      kind=kind, variant=variant, num_heads=2, num_layers=2, width=16, m=256,
+      head_width=32, mlp_ratio=2, causal=True, ut_seed=0, shared=False))
+  if kind not in MODEL_DEFAULTS:
+    raise UserError(f"unknown model kind {kind!r}; use one of "
+                    f"{', '.join(MODEL_DEFAULTS)}")
+  config.model.update(MODEL_DEFAULTS[kind])
+  config.train = ml_collections.ConfigDict(dict(
+      steps=2000, batch_size=128, lr=3e-3, warmup_steps=100, final_lr_frac=0.01,
+      weight_decay=0.0, grad_clip=1.0, log_every=100, checkpoint_every=500))
+  config.eval = ml_collections.ConfigDict(dict(num=2048, batch_size=512,
+                                               every=500))
+  return config
+
+
+def smoke(config):
+  """Shrinks a config to seconds: for tests and CI."""
+  config.train.steps = 4
+  config.train.batch_size = 8
+  config.train.warmup_steps = 1
+  config.train.log_every = 2
+  config.train.checkpoint_every = 2
+  config.eval.num = 32
+  config.eval.batch_size = 16
+  config.eval.every = 2
+  return config

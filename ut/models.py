@@ -1,0 +1,187 @@
+"""Models for training: three kinds by three variants (DESIGN §7).
+
+Shape glossary: B batch, T tokens, V vocabulary, C classes, M model width (m for
+a UT, d for a trained transformer), H heads, L layers, K head width, F MLP width.
+
+Kinds:
+  sparse   the tree-routing UT of a virtual target (H, L, d); m = sparse width;
+           structured routing, no attention weights at all.
+  random   a Gaussian UT of width m (`constructions.gaussian`), frozen.
+  trained  a standard transformer of width d; every weight trains.
+Variants:
+  attn        attention only, exactly DESIGN §1: z_l = sum_h A_h z_{l-1} V_h.
+  res_ln      pre-LN residual: z_l = z_{l-1} + Attn(LN(z_{l-1})), and a final LN.
+  res_ln_mlp  adds z_l += MLP(LN(z_l)) per layer (frozen random in UTs).
+LayerNorm has no parameters in any kind (our choice: it keeps UTs honest and the
+trained baseline comparable).
+
+Parameters (plain nested dict):
+  embed/token (V, M), embed/position (T_max, M), unembed (M, C)      trainable
+  layers/wq, layers/wk (Lp, H, M, K), layers/wv (Lp, H, M, K or M),
+  layers/wo (Lp, H, K, M) (trained only)                             frozen in UTs
+  mlp/w1 (L, M, F), mlp/b1 (L, F), mlp/w2 (L, F, M), mlp/b2 (L, M)   frozen in UTs
+`labels(params, spec)` gives every leaf exactly one of 'train' / 'frozen'.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ut import bounds
+from ut import transformer
+from ut.constructions import gaussian
+from ut.constructions import sparse
+from ut.errors import UserError
+
+KINDS = ("sparse", "random", "trained")
+VARIANTS = ("attn", "res_ln", "res_ln_mlp")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """Static description of a model (hashable: safe as a jit static argument)."""
+  kind: str
+  variant: str
+  vocab_size: int
+  max_len: int
+  num_classes: int
+  num_heads: int = 2
+  num_layers: int = 2
+  width: int = 16          # d: virtual target width (sparse) or model width (trained).
+  m: int = 256             # random: UT width.
+  head_width: int = 32     # random: k_u; trained: k per head.
+  mlp_ratio: int = 2
+  causal: bool = True
+  ut_seed: int = 0         # random: seed of the frozen weights.
+  shared: bool = False     # random: one set of weights for every layer.
+
+  def __post_init__(self):
+    if self.kind not in KINDS:
+      raise UserError(f"unknown model kind {self.kind!r}; use one of {KINDS}")
+    if self.variant not in VARIANTS:
+      raise UserError(f"unknown variant {self.variant!r}; use one of {VARIANTS}")
+    for name in ("vocab_size", "max_len", "num_classes", "num_heads",
+                 "num_layers", "width", "m", "head_width", "mlp_ratio"):
+      v = getattr(self, name)
+      if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+        raise UserError(f"model.{name}={v!r} must be a positive integer")
+
+  @property
+  def model_width(self):
+    if self.kind == "sparse":
+      return bounds.sparse_width(self.num_heads, self.num_layers, self.width)
+    return self.m if self.kind == "random" else self.width
+
+  @property
+  def residual(self):
+    return self.variant != "attn"
+
+  @property
+  def sparse_ut(self):
+    return _sparse_ut(self.num_heads, self.num_layers, self.width)
+
+
+@functools.lru_cache(maxsize=16)
+def _sparse_ut(num_heads, num_layers, width):
+  return sparse.make_sparse_ut(num_heads, num_layers, width)
+
+
+def init(key, spec, dtype=jnp.float32):
+  """Initial parameters. UT weights come from the construction builders."""
+  m, c = spec.model_width, spec.num_classes
+  k_tok, k_pos, k_u, k_layers, k_mlp = jax.random.split(key, 5)
+  params = {
+      "embed": {
+          "token": jax.random.normal(k_tok, (spec.vocab_size, m), dtype),
+          "position": jax.random.normal(k_pos, (spec.max_len, m), dtype),
+      },
+      "unembed": jax.random.normal(k_u, (m, c), dtype) / np.sqrt(m),
+  }
+  h, num_layers, k = spec.num_heads, spec.num_layers, spec.head_width
+  if spec.kind == "random":
+    ut = gaussian.make_gaussian_ut(h, num_layers, m, k, spec.ut_seed,
+                                   shared=spec.shared, dtype=np.float32)
+    params["layers"] = {name: jnp.asarray(ut[name], dtype)
+                        for name in ("wq", "wk", "wv")}
+  elif spec.kind == "trained":
+    ks = jax.random.split(k_layers, 4)
+    normal = lambda key, shape, fan_in: (jax.random.normal(key, shape, dtype)
+                                         / np.sqrt(fan_in))
+    params["layers"] = {
+        "wq": normal(ks[0], (num_layers, h, m, k), m),
+        "wk": normal(ks[1], (num_layers, h, m, k), m),
+        "wv": normal(ks[2], (num_layers, h, m, k), m),
+        "wo": normal(ks[3], (num_layers, h, k, m), k * h),
+    }
+  if spec.variant == "res_ln_mlp":
+    f = spec.mlp_ratio * m
+    k1, k2 = jax.random.split(k_mlp)
+    if spec.kind != "trained":  # Frozen random MLP: its own fixed seed.
+      k1, k2 = jax.random.split(jax.random.PRNGKey(spec.ut_seed + 1))
+    params["mlp"] = {
+        "w1": jax.random.normal(k1, (num_layers, m, f), dtype) / np.sqrt(m),
+        "b1": jnp.zeros((num_layers, f), dtype),
+        "w2": jax.random.normal(k2, (num_layers, f, m), dtype) / np.sqrt(f),
+        "b2": jnp.zeros((num_layers, m), dtype),
+    }
+  return params
+
+
+def labels(params, spec):
+  """'train' or 'frozen' for every leaf, from its path (STYLE 7)."""
+  trainable = ("embed", "unembed") if spec.kind != "trained" else None
+
+  def label(path, _):
+    top = path[0].key
+    return "train" if trainable is None or top in trainable else "frozen"
+
+  out = jax.tree_util.tree_map_with_path(label, params)
+  leaves = jax.tree.leaves(out)
+  assert len(leaves) == len(jax.tree.leaves(params)), "a leaf has no label"
+  assert set(leaves) <= {"train", "frozen"}, set(leaves)
+  return out
+
+
+def layer_norm(z, eps=1e-5):
+  """Parameter-free LayerNorm over the last axis."""
+  mean = z.mean(axis=-1, keepdims=True)
+  var = jnp.square(z - mean).mean(axis=-1, keepdims=True)
+  return (z - mean) * jax.lax.rsqrt(var + eps)
+
+
+def embed(params, tokens_BxT):
+  """E: token table plus position table, (B, T, M)."""
+  t = tokens_BxT.shape[1]
+  return params["embed"]["token"][tokens_BxT] + params["embed"]["position"][:t][None]
+
+
+def attention(params, spec, z_BxTxM, layer, precision=None):
+  """One attention layer (no residual) of the configured kind."""
+  if spec.kind == "sparse":
+    return sparse.route_layer(spec.sparse_ut, z_BxTxM, causal=spec.causal,
+                              precision=precision)
+  return transformer.attention_layer(
+      z_BxTxM, *transformer.layer_params(params["layers"], layer),
+      causal=spec.causal, precision=precision)
+
+
+def apply(params, spec, tokens_BxT, precision=None):
+  """Logits (B, T, C) for token ids (B, T)."""
+  if tokens_BxT.shape[1] > spec.max_len:
+    raise UserError(f"sequence length {tokens_BxT.shape[1]} exceeds the model's "
+                    f"position table ({spec.max_len})")
+  z = embed(params, tokens_BxT)
+  ln = spec.variant != "attn"
+  for layer in range(spec.num_layers):
+    a = attention(params, spec, layer_norm(z) if ln else z, layer, precision)
+    z = z + a if spec.residual else a
+    if spec.variant == "res_ln_mlp":
+      mlp = jax.tree.map(lambda w: w[layer], params["mlp"])
+      hidden = jax.nn.gelu(layer_norm(z) @ mlp["w1"] + mlp["b1"][None, None])
+      z = z + hidden @ mlp["w2"] + mlp["b2"][None, None]
+  if ln:
+    z = layer_norm(z)
+  return jnp.einsum("btm,mc->btc", z, params["unembed"], precision=precision)

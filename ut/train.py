@@ -1,0 +1,298 @@
+"""Training fixed UTs: only E and U move (DESIGN §7).
+
+`train_and_evaluate(config, workdir)` trains, evaluates on held-out data from a
+disjoint seed stream, writes metrics (TensorBoard events, CSV, JSON) and orbax
+checkpoints, and resumes from the latest checkpoint in the workdir. Batches are
+a pure function of (seed, step), so a resumed run is bit-identical to an
+uninterrupted one.
+"""
+
+import functools
+import json
+import os
+import time
+
+from absl import logging
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from ut import data as data_lib
+from ut import models
+from ut import reports
+from ut.errors import UserError
+
+
+class TrainingDiverged(UserError):
+  """The loss became NaN or inf."""
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: dict
+  opt_state: optax.OptState
+
+
+def model_spec(config, task_info):
+  """The ModelSpec of a config (its `model` block plus the task's sizes)."""
+  mc = config.model
+  return models.ModelSpec(
+      kind=mc.kind, variant=mc.variant, vocab_size=task_info.vocab_size,
+      max_len=task_info.max_len, num_classes=task_info.num_classes,
+      num_heads=mc.num_heads, num_layers=mc.num_layers, width=mc.width, m=mc.m,
+      head_width=mc.head_width, mlp_ratio=mc.mlp_ratio, causal=mc.causal,
+      ut_seed=mc.ut_seed, shared=mc.shared)
+
+
+def make_optimizer(config, params, spec):
+  """AdamW on warmup + cosine for 'train' leaves, zero updates for 'frozen'."""
+  tc = config.train
+  schedule = optax.warmup_cosine_decay_schedule(
+      init_value=0.0, peak_value=tc.lr, warmup_steps=tc.warmup_steps,
+      decay_steps=max(tc.steps, tc.warmup_steps + 1), end_value=tc.lr * tc.final_lr_frac)
+  inner = optax.chain(optax.clip_by_global_norm(tc.grad_clip),
+                      optax.adamw(schedule, b1=0.9, b2=0.98,
+                                  weight_decay=tc.weight_decay))
+  tx = optax.multi_transform({"train": inner, "frozen": optax.set_to_zero()},
+                             models.labels(params, spec))
+  return tx, schedule
+
+
+def loss_and_metrics(params, spec, batch):
+  logits = models.apply(params, spec, batch["tokens"])
+  labels = batch["labels"]
+  valid = labels >= 0
+  ce = optax.softmax_cross_entropy_with_integer_labels(
+      logits, jnp.maximum(labels, 0))
+  loss = jnp.sum(ce * valid) / jnp.maximum(jnp.sum(valid), 1)
+  correct = (jnp.argmax(logits, -1) == labels) & batch["mask"]
+  return loss, dict(loss=loss, correct=jnp.sum(correct),
+                    count=jnp.sum(batch["mask"]))
+
+
+def train_step(state, batch, *, spec, tx):
+  """One optimizer step; returns the new state and the step's metrics."""
+  grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
+  (_, metrics), grads = grad_fn(state.params, spec, batch)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics["grad_norm"] = optax.global_norm(grads)
+  return TrainState(step=state.step + 1, params=params,
+                    opt_state=opt_state), metrics
+
+
+def eval_step(params, batch, *, spec):
+  return loss_and_metrics(params, spec, batch)[1]
+
+
+def evaluate(params, spec, eval_batches):
+  """Accuracy and mean loss over a list of batches."""
+  step = jax.jit(functools.partial(eval_step, spec=spec))
+  correct = count = 0
+  loss_sum = 0.0
+  for batch in eval_batches:
+    m = jax.device_get(step(params, batch))
+    correct += int(m["correct"])
+    count += int(m["count"])
+    loss_sum += float(m["loss"]) * len(batch["tokens"])
+  n = sum(len(b["tokens"]) for b in eval_batches)
+  return dict(accuracy=correct / max(count, 1), loss=loss_sum / max(n, 1))
+
+
+def eval_batches(config, task):
+  """The held-out set: config.eval.num examples from the seed stream (seed, 1)."""
+  full = task.batch(config.eval.num, data_lib.stream_seed(config.seed, 1))
+  bs = config.eval.batch_size
+  return [jax.tree.map(lambda a, i=i: a[i:i + bs], full)
+          for i in range(0, config.eval.num, bs)]
+
+
+def train_batch(config, task, step):
+  return task.batch(config.train.batch_size,
+                    data_lib.stream_seed(config.seed, 0, step))
+
+
+def _check_workdir_config(config, workdir):
+  """Writes config.json, or checks that a resumed run has the same config."""
+  path = os.path.join(workdir, "config.json")
+  current = json.loads(config.to_json_best_effort())
+  if os.path.exists(path):
+    with open(path) as f:
+      stored = json.load(f)
+    if stored != current:
+      diff = sorted(k for k in set(stored) | set(current)
+                    if stored.get(k) != current.get(k))
+      raise UserError(f"workdir {workdir} holds a run with a different config "
+                      f"(differs in {', '.join(diff)}); use a new --workdir to "
+                      f"start afresh, or the same config to resume")
+  else:
+    reports.write_json(path, current)
+
+
+def load_config(workdir):
+  """The ConfigDict a workdir was trained with."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise UserError(f"{workdir} has no config.json: is it a training workdir "
+                    f"(python -m launch.train --workdir=...)?")
+  with open(path) as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def checkpoint_manager(workdir, max_to_keep=2):
+  return ocp.CheckpointManager(
+      os.path.join(os.path.abspath(workdir), "checkpoints"),
+      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+
+
+def init_state(config, spec):
+  params = models.init(jax.random.PRNGKey(config.seed), spec)
+  tx, schedule = make_optimizer(config, params, spec)
+  return TrainState(step=jnp.asarray(0, jnp.int32), params=params,
+                    opt_state=tx.init(params)), tx, schedule
+
+
+def restore_params(workdir):
+  """(params, spec, config, step) from the latest checkpoint of a workdir."""
+  config = load_config(workdir)
+  task = data_lib.make_task(config)
+  spec = model_spec(config, task.info)
+  state, _, _ = init_state(config, spec)
+  mngr = checkpoint_manager(workdir)
+  step = mngr.latest_step()
+  if step is None:
+    raise UserError(f"{workdir} has no checkpoint yet")
+  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+  state = mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+  mngr.close()
+  return state.params, spec, config, task, int(step)
+
+
+class _CsvLog:
+  """Appends metric rows; on resume keeps only rows up to the restored step."""
+
+  def __init__(self, path, keep_through_step):
+    self.path = path
+    rows = []
+    if os.path.exists(path):
+      with open(path) as f:
+        header, *lines = f.read().splitlines()
+      rows = [l for l in lines if int(l.split(",")[0]) <= keep_through_step]
+      with open(path, "w") as f:
+        f.write("\n".join([header] + rows) + "\n")
+    self.header_written = os.path.exists(path)
+
+  def write(self, row):
+    with open(self.path, "a") as f:
+      if not self.header_written:
+        f.write(",".join(row) + "\n")
+        self.header_written = True
+      f.write(",".join(_fmt(v) for v in row.values()) + "\n")
+
+
+def _fmt(v):
+  return repr(float(v)) if isinstance(v, (float, np.floating)) else str(v)
+
+
+def train_and_evaluate(config, workdir):
+  """Trains config.model on config.task; returns the final metrics dict."""
+  os.makedirs(workdir, exist_ok=True)
+  _check_workdir_config(config, workdir)
+  task = data_lib.make_task(config)
+  spec = model_spec(config, task.info)
+  state, tx, schedule = init_state(config, spec)
+  labels = models.labels(state.params, spec)
+  n_train = sum(int(np.prod(p.shape)) for p, l in
+                zip(jax.tree.leaves(state.params), jax.tree.leaves(labels))
+                if l == "train")
+  logging.info("model %s/%s width %d: %d trainable of %d parameters", spec.kind,
+               spec.variant, spec.model_width, n_train,
+               sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params)))
+  mngr = checkpoint_manager(workdir)
+  start_step = mngr.latest_step() or 0
+  if start_step:
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+    state = mngr.restore(start_step, args=ocp.args.StandardRestore(abstract))
+    logging.info("resumed from checkpoint at step %d", start_step)
+  train_log = _CsvLog(os.path.join(workdir, "train_metrics.csv"), start_step)
+  eval_log = _CsvLog(os.path.join(workdir, "eval_metrics.csv"), start_step)
+  writer = _summary_writer(workdir)
+  step_fn = jax.jit(functools.partial(train_step, spec=spec, tx=tx),
+                    donate_argnums=0)
+  held_out = eval_batches(config, task)
+  tc = config.train
+  last_loss, t_last, s_last = None, time.perf_counter(), start_step
+  eval_metrics = None
+  for step in range(start_step, tc.steps):
+    batch = train_batch(config, task, step)
+    state, metrics = step_fn(state, batch)
+    loss = float(metrics["loss"])
+    if not np.isfinite(loss):
+      raise TrainingDiverged(
+          f"loss became {loss} at step {step + 1} (last finite loss {last_loss}, "
+          f"grad norm {float(metrics['grad_norm']):.3g}, lr "
+          f"{float(schedule(step)):.3g}); lower --config.train.lr or "
+          f"--config.train.grad_clip, or use a res_ln variant")
+    last_loss = loss
+    done = step + 1
+    if done % tc.log_every == 0 or done == tc.steps:
+      now = time.perf_counter()
+      rate = (done - s_last) / max(now - t_last, 1e-9)
+      t_last, s_last = now, done
+      row = dict(step=done, loss=loss,
+                 accuracy=float(metrics["correct"]) / max(int(metrics["count"]), 1),
+                 grad_norm=float(metrics["grad_norm"]), lr=float(schedule(step)),
+                 steps_per_sec=rate)
+      train_log.write(row)
+      _scalars(writer, "train", row)
+      logging.info("step %d/%d loss %.4f acc %.3f | %.1f steps/s, ETA %.0fs", done,
+                   tc.steps, loss, row["accuracy"], rate, (tc.steps - done) / rate)
+    if done % config.eval.every == 0 or done == tc.steps:
+      eval_metrics = evaluate(state.params, spec, held_out)
+      eval_log.write(dict(step=done, **eval_metrics))
+      _scalars(writer, "eval", dict(step=done, **eval_metrics))
+      logging.info("eval at step %d: accuracy %.4f loss %.4f", done,
+                   eval_metrics["accuracy"], eval_metrics["loss"])
+    if done % tc.checkpoint_every == 0 or done == tc.steps:
+      mngr.save(done, args=ocp.args.StandardSave(state))
+  mngr.wait_until_finished()
+  mngr.close()
+  if eval_metrics is None:  # Nothing left to train: evaluate the checkpoint.
+    eval_metrics = evaluate(state.params, spec, held_out)
+  final = dict(step=int(state.step), eval_accuracy=eval_metrics["accuracy"],
+               eval_loss=eval_metrics["loss"], final_train_loss=last_loss,
+               param_checksum=param_checksum(state.params),
+               task=config.task, kind=spec.kind, variant=spec.variant,
+               model_width=spec.model_width, trainable_params=n_train,
+               provenance=reports.provenance(config))
+  reports.write_json(os.path.join(workdir, "metrics.json"), final)
+  if writer is not None:
+    writer.close()
+  return final
+
+
+def param_checksum(params):
+  """A float64 sum over all parameters: equal runs give equal checksums."""
+  return float(sum(np.asarray(p, np.float64).sum() for p in jax.tree.leaves(params)))
+
+
+def _summary_writer(workdir):
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  except ImportError:  # pragma: no cover - tensorboardX is a dependency.
+    return None
+  return SummaryWriter(os.path.join(workdir, "tb"))
+
+
+def _scalars(writer, prefix, row):
+  if writer is None:
+    return
+  for key, value in row.items():
+    if key != "step":
+      writer.add_scalar(f"{prefix}/{key}", value, row["step"])
+  writer.flush()
