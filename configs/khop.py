@@ -13,7 +13,7 @@ sparse UT 100% on all induction tasks, the random UT 85.7%-96.1%.
 
 Our choices where the paper is silent (all chosen by us): alphabet 4, length 32
 (Sanford et al. use 100; shorter keeps CPU runs short), accuracy over positions
-whose label is a letter; model sizes as in configs/common.py but L = k + 2
+whose label is a letter; model sizes as in configs/common.py but L = k + 1
 layers for the UTs; optimiser as configs/dyck.py with 3000 steps.
 """
 

@@ -81,22 +81,22 @@ def train_step(state, batch, *, spec, tx):
   (_, metrics), grads = grad_fn(state.params, spec, batch)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics["grad_norm"] = optax.global_norm(grads)
+  metrics["grad_norm"] = optax.tree.norm(grads)
   return TrainState(step=state.step + 1, params=params,
                     opt_state=opt_state), metrics
 
 
+@functools.partial(jax.jit, static_argnames="spec")
 def eval_step(params, batch, *, spec):
   return loss_and_metrics(params, spec, batch)[1]
 
 
 def evaluate(params, spec, eval_batches):
   """Accuracy and mean loss over a list of batches."""
-  step = jax.jit(functools.partial(eval_step, spec=spec))
   correct = count = 0
   loss_sum = 0.0
   for batch in eval_batches:
-    m = jax.device_get(step(params, batch))
+    m = jax.device_get(eval_step(params, batch, spec=spec))
     correct += int(m["correct"])
     count += int(m["count"])
     loss_sum += float(m["loss"]) * len(batch["tokens"])
@@ -158,7 +158,7 @@ def init_state(config, spec):
 
 
 def restore_params(workdir):
-  """(params, spec, config, step) from the latest checkpoint of a workdir."""
+  """(params, spec, config, task, step) from the latest checkpoint of a workdir."""
   config = load_config(workdir)
   task = data_lib.make_task(config)
   spec = model_spec(config, task.info)
@@ -186,6 +186,9 @@ class _CsvLog:
       with open(path, "w") as f:
         f.write("\n".join([header] + rows) + "\n")
     self.header_written = os.path.exists(path)
+    # The loss of the last kept row (for a resume with no steps left to run).
+    self.last_loss = (float(dict(zip(header.split(","), rows[-1].split(",")))["loss"])
+                      if rows else None)
 
   def write(self, row):
     with open(self.path, "a") as f:
@@ -228,42 +231,45 @@ def train_and_evaluate(config, workdir):
   tc = config.train
   last_loss, t_last, s_last = None, time.perf_counter(), start_step
   eval_metrics = None
-  for step in range(start_step, tc.steps):
-    batch = train_batch(config, task, step)
-    state, metrics = step_fn(state, batch)
-    loss = float(metrics["loss"])
-    if not np.isfinite(loss):
-      raise TrainingDiverged(
-          f"loss became {loss} at step {step + 1} (last finite loss {last_loss}, "
-          f"grad norm {float(metrics['grad_norm']):.3g}, lr "
-          f"{float(schedule(step)):.3g}); lower --config.train.lr or "
-          f"--config.train.grad_clip, or use a res_ln variant")
-    last_loss = loss
-    done = step + 1
-    if done % tc.log_every == 0 or done == tc.steps:
-      now = time.perf_counter()
-      rate = (done - s_last) / max(now - t_last, 1e-9)
-      t_last, s_last = now, done
-      row = dict(step=done, loss=loss,
-                 accuracy=float(metrics["correct"]) / max(int(metrics["count"]), 1),
-                 grad_norm=float(metrics["grad_norm"]), lr=float(schedule(step)),
-                 steps_per_sec=rate)
-      train_log.write(row)
-      _scalars(writer, "train", row)
-      logging.info("step %d/%d loss %.4f acc %.3f | %.1f steps/s, ETA %.0fs", done,
-                   tc.steps, loss, row["accuracy"], rate, (tc.steps - done) / rate)
-    if done % config.eval.every == 0 or done == tc.steps:
-      eval_metrics = evaluate(state.params, spec, held_out)
-      eval_log.write(dict(step=done, **eval_metrics))
-      _scalars(writer, "eval", dict(step=done, **eval_metrics))
-      logging.info("eval at step %d: accuracy %.4f loss %.4f", done,
-                   eval_metrics["accuracy"], eval_metrics["loss"])
-    if done % tc.checkpoint_every == 0 or done == tc.steps:
-      mngr.save(done, args=ocp.args.StandardSave(state))
-  mngr.wait_until_finished()
-  mngr.close()
+  try:  # Finish an in-flight async save even when training stops early.
+    for step in range(start_step, tc.steps):
+      batch = train_batch(config, task, step)
+      state, metrics = step_fn(state, batch)
+      loss = float(metrics["loss"])
+      if not np.isfinite(loss):
+        raise TrainingDiverged(
+            f"loss became {loss} at step {step + 1} (last finite loss {last_loss}, "
+            f"grad norm {float(metrics['grad_norm']):.3g}, lr "
+            f"{float(schedule(step)):.3g}); lower --config.train.lr or "
+            f"--config.train.grad_clip, or use a res_ln variant")
+      last_loss = loss
+      done = step + 1
+      if done % tc.log_every == 0 or done == tc.steps:
+        now = time.perf_counter()
+        rate = (done - s_last) / max(now - t_last, 1e-9)
+        t_last, s_last = now, done
+        row = dict(step=done, loss=loss,
+                   accuracy=float(metrics["correct"]) / max(int(metrics["count"]), 1),
+                   grad_norm=float(metrics["grad_norm"]), lr=float(schedule(step)),
+                   steps_per_sec=rate)
+        train_log.write(row)
+        _scalars(writer, "train", row)
+        logging.info("step %d/%d loss %.4f acc %.3f | %.1f steps/s, ETA %.0fs", done,
+                     tc.steps, loss, row["accuracy"], rate, (tc.steps - done) / rate)
+      if done % config.eval.every == 0 or done == tc.steps:
+        eval_metrics = evaluate(state.params, spec, held_out)
+        eval_log.write(dict(step=done, **eval_metrics))
+        _scalars(writer, "eval", dict(step=done, **eval_metrics))
+        logging.info("eval at step %d: accuracy %.4f loss %.4f", done,
+                     eval_metrics["accuracy"], eval_metrics["loss"])
+      if done % tc.checkpoint_every == 0 or done == tc.steps:
+        mngr.save(done, args=ocp.args.StandardSave(state))
+  finally:
+    mngr.wait_until_finished()
+    mngr.close()
   if eval_metrics is None:  # Nothing left to train: evaluate the checkpoint.
     eval_metrics = evaluate(state.params, spec, held_out)
+    last_loss = train_log.last_loss
   final = dict(step=int(state.step), eval_accuracy=eval_metrics["accuracy"],
                eval_loss=eval_metrics["loss"], final_train_loss=last_loss,
                param_checksum=param_checksum(state.params),
