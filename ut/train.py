@@ -49,18 +49,34 @@ def model_spec(config, task_info):
       ut_seed=mc.ut_seed, shared=mc.shared)
 
 
-def make_optimizer(config, params, spec):
-  """AdamW on warmup + cosine for 'train' leaves, zero updates for 'frozen'."""
+def lr_schedule(tc, peak_lr):
+  """peak_lr times a warmup (from 0) + cosine (to final_lr_frac) shape."""
+  shape = optax.warmup_cosine_decay_schedule(
+      init_value=0.0, peak_value=1.0, warmup_steps=tc.warmup_steps,
+      decay_steps=max(tc.steps, tc.warmup_steps + 1), end_value=tc.final_lr_frac)
+  return lambda step: peak_lr * shape(step)
+
+
+def make_optimizer(config, params, spec, peak_lr=None):
+  """AdamW on warmup + cosine for 'train' leaves, zero updates for 'frozen'.
+
+  The peak learning rate lives in the optimizer state (optax.inject_hyperparams),
+  so runs that differ only in it can be vmapped (ut/sweep.py). peak_lr defaults
+  to config.train.lr and may be a traced value.
+  """
   tc = config.train
-  schedule = optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=tc.lr, warmup_steps=tc.warmup_steps,
-      decay_steps=max(tc.steps, tc.warmup_steps + 1), end_value=tc.lr * tc.final_lr_frac)
-  inner = optax.chain(optax.clip_by_global_norm(tc.grad_clip),
-                      optax.adamw(schedule, b1=0.9, b2=0.98,
-                                  weight_decay=tc.weight_decay))
-  tx = optax.multi_transform({"train": inner, "frozen": optax.set_to_zero()},
-                             models.labels(params, spec))
-  return tx, schedule
+
+  def inner(peak_lr):
+    return optax.chain(optax.clip_by_global_norm(tc.grad_clip),
+                       optax.adamw(lr_schedule(tc, peak_lr), b1=0.9, b2=0.98,
+                                   weight_decay=tc.weight_decay))
+
+  peak_lr = tc.lr if peak_lr is None else peak_lr
+  tx = optax.multi_transform(
+      {"train": optax.inject_hyperparams(inner)(peak_lr=peak_lr),
+       "frozen": optax.set_to_zero()},
+      models.labels(params, spec))
+  return tx, lr_schedule(tc, tc.lr)
 
 
 def loss_and_metrics(params, spec, batch):
@@ -204,10 +220,10 @@ def _fmt(v):
 
 def train_and_evaluate(config, workdir):
   """Trains config.model on config.task; returns the final metrics dict."""
+  task = data_lib.make_task(config)
+  spec = model_spec(config, task.info)  # Validate before claiming the workdir.
   os.makedirs(workdir, exist_ok=True)
   _check_workdir_config(config, workdir)
-  task = data_lib.make_task(config)
-  spec = model_spec(config, task.info)
   state, tx, schedule = init_state(config, spec)
   labels = models.labels(state.params, spec)
   n_train = sum(int(np.prod(p.shape)) for p, l in
