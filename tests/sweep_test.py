@@ -1,0 +1,78 @@
+"""Sweeps: 8 emulated devices give the same metrics as runs done one by one."""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+import numpy as np
+
+from tests import sweep_config
+from ut import sweep
+from ut import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "tests", "sweep_config.py")
+
+
+def run_sweep_cli(workdir, devices):
+  env = dict(os.environ,
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+  return subprocess.run(
+      [sys.executable, "-m", "launch.sweep", f"--config={CONFIG}",
+       f"--workdir={workdir}"], cwd=ROOT, env=env, capture_output=True,
+      text=True, timeout=600, check=False)
+
+
+class SweepTest(absltest.TestCase):
+
+  def test_eight_devices_match_one_by_one(self):
+    tmp = self.create_tempdir().full_path
+    proc = run_sweep_cli(tmp, devices=8)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    self.assertIn("8 device(s)", proc.stderr)
+    runs = sweep.collect_runs(sweep_config)
+    self.assertLen(runs, 8)
+    self.assertLen({sweep.group_key(c) for _, c in runs}, 1)  # One vmapped group.
+    for name, config in runs:
+      with open(os.path.join(tmp, "runs", name, "metrics.json")) as f:
+        got = json.load(f)
+      want = train.train_and_evaluate(config, os.path.join(tmp, "single", name))
+      self.assertEqual(got["eval_accuracy"], want["eval_accuracy"], name)
+      for key in ("eval_loss", "final_train_loss", "param_checksum"):
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, err_msg=name)
+    # Learning rates really differ between runs of the group.
+    losses = {n: json.load(open(os.path.join(tmp, "runs", n, "metrics.json")))
+              ["final_train_loss"] for n, _ in runs}
+    self.assertGreater(len(set(losses.values())), 4)
+    with open(os.path.join(tmp, "table.json")) as f:
+      table = json.load(f)
+    self.assertLen(table["rows"], 2)  # Two learning rates, 4 seeds each.
+    for row in table["rows"]:
+      self.assertEqual(row["seeds"], 4)
+      accs = [json.load(open(os.path.join(tmp, "runs", n, "metrics.json")))
+              ["eval_accuracy"] for n in row["runs"].split(";")]
+      self.assertAlmostEqual(row["accuracy_mean"], np.mean(accs))
+      self.assertAlmostEqual(row["accuracy_std"], np.std(accs, ddof=1))
+
+  def test_restart_skips_finished_runs(self):
+    tmp = self.create_tempdir().full_path
+    proc = run_sweep_cli(tmp, devices=1)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    name = sweep.collect_runs(sweep_config)[3][0]
+    path = os.path.join(tmp, "runs", name, "metrics.json")
+    others = {n: os.path.getmtime(os.path.join(tmp, "runs", n, "metrics.json"))
+              for n, _ in sweep.collect_runs(sweep_config) if n != name}
+    os.remove(path)
+    proc = run_sweep_cli(tmp, devices=1)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    self.assertIn("1 to do", proc.stderr)
+    self.assertTrue(os.path.exists(path))
+    for n, mtime in others.items():
+      self.assertEqual(os.path.getmtime(os.path.join(tmp, "runs", n,
+                                                     "metrics.json")), mtime)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,237 @@
+"""Sweeps: many training runs, batched where they share shapes.
+
+Shape glossary: R runs in a group, D devices, B batch, T tokens.
+
+A config file may define `sweep(add)`; each `add(arg, **overrides)` is one run:
+`get_config(arg)` with dotted-field overrides, e.g.
+
+  def sweep(add):
+    for seed in range(3):
+      add(f"model=random,seed={seed}", **{"train.lr": 1e-2})
+
+Runs whose configs differ only in `seed`, `train.lr` and `model.ut_seed` share
+every shape; such a group trains as one program: the train step is vmapped over
+runs, and the run axis is sharded over all devices with a NamedSharding mesh
+(one CPU, several CPU devices, a GPU or TPU host alike). Each run writes
+runs/<name>/metrics.json; a restarted sweep skips runs that have one. The
+aggregate table has mean ± std (ddof=1) over seeds.
+
+Multi-host: call `jax.distributed.initialize()` first in every process (see
+README); jax.devices() then spans all hosts and the mesh shards runs across
+them. Each host generates the batches of every run (they are tiny), and only
+process 0 writes files.
+"""
+
+import copy
+import functools
+import importlib.util
+import json
+import math
+import os
+import re
+import time
+
+from absl import logging
+import jax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+import numpy as np
+
+from ut import data as data_lib
+from ut import reports
+from ut import train
+from ut.errors import UserError
+
+BATCHED_KEYS = ("seed", "train.lr", "model.ut_seed")
+
+
+def load_config_module(path):
+  """Imports a config file by path (e.g. configs/dyck_table.py)."""
+  path = path.split(":")[0]
+  if not os.path.isfile(path):
+    raise UserError(f"config file {path!r} does not exist")
+  spec = importlib.util.spec_from_file_location(
+      "sweep_config_" + re.sub(r"\W", "_", path), path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not hasattr(module, "sweep"):
+    raise UserError(f"{path} has no sweep(add) function; add one, e.g. "
+                    f"def sweep(add): add('seed=0'); add('seed=1')")
+  return module
+
+
+def _set(config, dotted, value):
+  *parents, leaf = dotted.split(".")
+  node = config
+  for p in parents:
+    node = node[p]
+  if leaf not in node:
+    raise UserError(f"sweep override {dotted!r}: no such config field")
+  node[leaf] = value
+
+
+def collect_runs(module):
+  """[(name, config)] from the module's sweep(add)."""
+  runs = []
+
+  def add(arg="", **overrides):
+    config = module.get_config(arg)
+    for key, value in overrides.items():
+      _set(config, key, value)
+    name = re.sub(r"[^\w.=-]+", "_", ",".join(
+        [arg] + [f"{k}={v}" for k, v in sorted(overrides.items())])).strip("_,")
+    runs.append((name or "default", config))
+
+  module.sweep(add)
+  names = [n for n, _ in runs]
+  if len(set(names)) != len(names):
+    raise UserError("sweep(add) added the same run twice")
+  return runs
+
+
+def group_key(config):
+  """Runs with equal keys share every shape and can be vmapped together."""
+  c = json.loads(config.to_json_best_effort())
+  for dotted in BATCHED_KEYS:
+    *parents, leaf = dotted.split(".")
+    node = c
+    for p in parents:
+      node = node.get(p, {})
+    node.pop(leaf, None)
+  return json.dumps(c, sort_keys=True)
+
+
+def _stack(trees):
+  return jax.tree.map(lambda *a: np.stack(a), *trees)
+
+
+def train_group(configs, *, log_every=None):
+  """Trains R runs of one shape group at once; returns one metrics dict per run."""
+  first = configs[0]
+  task = data_lib.make_task(first)
+  spec = train.model_spec(first, task.info)
+  num_devices = jax.device_count()
+  runs = list(configs) + [configs[-1]] * (-len(configs) % num_devices)  # Pad.
+  states = [train.init_state(c, spec)[0] for c in runs]
+  tx, _ = train.make_optimizer(first, states[0].params, spec)
+  mesh = jax.make_mesh((num_devices,), ("runs",))
+  shard = NamedSharding(mesh, P("runs"))
+  state = jax.device_put(_stack(states), shard)
+  step_fn = jax.jit(jax.vmap(functools.partial(train.train_step, spec=spec, tx=tx)),
+                    in_shardings=(shard, shard), out_shardings=(shard, shard),
+                    donate_argnums=0)
+  steps = first.train.steps
+  log_every = log_every or first.train.log_every
+  start = time.perf_counter()
+  last_loss = None
+  for step in range(steps):
+    batch = _stack([train.train_batch(c, task, step) for c in runs])
+    state, metrics = step_fn(state, jax.device_put(batch, shard))
+    loss = np.asarray(metrics["loss"])
+    bad = [i for i in range(len(configs)) if not np.isfinite(loss[i])]
+    if bad:
+      raise train.TrainingDiverged(
+          f"run {bad[0]} (seed {configs[bad[0]].seed}, lr {configs[bad[0]].train.lr})"
+          f" reached loss {loss[bad[0]]} at step {step + 1}; lower its lr")
+    last_loss = loss
+    if (step + 1) % log_every == 0 or step + 1 == steps:
+      rate = (step + 1) / (time.perf_counter() - start)
+      logging.info("group of %d runs on %d device(s): step %d/%d mean loss %.4f |"
+                   " %.1f steps/s, ETA %.0fs", len(configs), num_devices, step + 1,
+                   steps, float(loss[:len(configs)].mean()), rate,
+                   (steps - step - 1) / rate)
+  params = jax.device_get(state.params)
+  results = []
+  for i, config in enumerate(configs):
+    p = jax.tree.map(lambda a, i=i: a[i], params)
+    ev = train.evaluate(p, spec, train.eval_batches(config, task))
+    results.append(dict(step=steps, eval_accuracy=ev["accuracy"],
+                        eval_loss=ev["loss"], final_train_loss=float(last_loss[i]),
+                        param_checksum=train.param_checksum(p), task=config.task,
+                        kind=spec.kind, variant=spec.variant,
+                        model_width=spec.model_width))
+  return results
+
+
+def run_sweep(config_path, workdir):
+  """Runs every unfinished run of the config's sweep; returns the aggregate rows."""
+  module = load_config_module(config_path)
+  runs = collect_runs(module)
+  groups = {}
+  for name, config in runs:
+    groups.setdefault(group_key(config), []).append((name, config))
+  todo = sum(1 for name, _ in runs if not _done(workdir, name))
+  logging.info("%d runs in %d shape groups; %d to do, %d device(s)", len(runs),
+               len(groups), todo, jax.device_count())
+  sweep_start = time.perf_counter()
+  for members in groups.values():
+    pending = [(n, c) for n, c in members if not _done(workdir, n)]
+    if not pending:
+      continue
+    start = time.perf_counter()
+    results = train_group([c for _, c in pending])
+    seconds = time.perf_counter() - start
+    for (name, config), result in zip(pending, results):
+      result.update(name=name, seed=config.seed, lr=config.train.lr,
+                    group_seconds=seconds, group_size=len(pending),
+                    config=json.loads(config.to_json_best_effort()),
+                    provenance=reports.provenance())
+      if jax.process_index() == 0:
+        reports.write_json(_metrics_path(workdir, name), result)
+    logging.info("group done in %.1fs: %s", seconds,
+                 ", ".join(f"{n}: {r['eval_accuracy']:.4f}"
+                           for (n, _), r in zip(pending, results)))
+  rows = aggregate(workdir, [n for n, _ in runs])
+  if jax.process_index() == 0:
+    write_table(workdir, rows, dict(config=config_path,
+                                    wall_seconds=time.perf_counter() - sweep_start,
+                                    provenance=reports.provenance()))
+  return rows
+
+
+def _metrics_path(workdir, name):
+  return os.path.join(workdir, "runs", name, "metrics.json")
+
+
+def _done(workdir, name):
+  return os.path.exists(_metrics_path(workdir, name))
+
+
+def aggregate(workdir, names):
+  """Mean ± std (ddof=1) of eval accuracy over runs that differ only in seed."""
+  cells = {}
+  for name in names:
+    with open(_metrics_path(workdir, name)) as f:
+      r = json.load(f)
+    cfg = copy.deepcopy(r["config"])
+    cfg.pop("seed", None)
+    key = json.dumps(cfg, sort_keys=True)
+    cells.setdefault(key, []).append(r)
+  rows = []
+  for results in cells.values():
+    acc = np.array([r["eval_accuracy"] for r in results])
+    c = results[0]["config"]
+    rows.append(dict(
+        task=results[0]["task"], kind=results[0]["kind"],
+        variant=results[0]["variant"], data=json.dumps(c.get("data", {}),
+                                                       sort_keys=True),
+        lr=c["train"]["lr"], seeds=len(results),
+        accuracy_mean=float(acc.mean()),
+        accuracy_std=float(acc.std(ddof=1)) if len(acc) > 1 else math.nan,
+        runs=";".join(sorted(r["name"] for r in results))))
+  return rows
+
+
+def write_table(workdir, rows, meta):
+  reports.write_csv(os.path.join(workdir, "table.csv"), rows)
+  reports.write_json(os.path.join(workdir, "table.json"), dict(rows=rows, **meta))
+  with open(os.path.join(workdir, "table.md"), "w") as f:
+    f.write(markdown_table(rows) + "\n")
+
+
+def markdown_table(rows):
+  shown = [{k: v for k, v in r.items() if k != "runs"} for r in rows]
+  for r in shown:
+    r["accuracy"] = (f"{100 * r.pop('accuracy_mean'):.2f} ± "
+                     f"{100 * r.pop('accuracy_std'):.2f}")
+  return reports.format_table(shown)
