@@ -46,7 +46,7 @@ def parse_arg(arg, defaults):
       try:
         out[key] = kind(value)
       except ValueError:
-        raise UserError(f"config argument {key}={value!r} must be a "
+        raise UserError(f"config argument {key}={value!r} must be of type "
                         f"{kind.__name__}") from None
   return out
 

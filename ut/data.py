@@ -55,6 +55,9 @@ class Dyck:
     text = obj.get("text")
     if not isinstance(text, str):
       raise UserError('each Dyck line needs "text": a string of "(" and ")"')
+    for i, ch in enumerate(text):  # Characters first: a bad one is an error
+      if ch not in "()":           # even on a line too long to score.
+        raise UserError(f"character {ch!r} at position {i} is not '(' or ')'")
     if len(text) + 1 > max_len:
       raise TooLong(len(text) + 1, max_len)
     tokens = dyck.encode([text], max_len - 1)
@@ -106,11 +109,13 @@ class KHop:
         raise UserError(f"k={k} is outside the trained range {self.k_range}")
     elif k != self.k:
       raise UserError(f"k={k} but this model was trained for k={self.k} only")
-    n = len(text) + (1 if self.k_range else 0)
-    if n > max_len:
-      raise TooLong(n, max_len)
-    tokens = khop.encode(text, k if self.k_range else None,
-                         alphabet=self.cfg.alphabet, k_range=self.k_range)
+    try:  # Characters first: a bad one is an error even on a too-long line.
+      tokens = khop.encode(text, k if self.k_range else None,
+                           alphabet=self.cfg.alphabet, k_range=self.k_range)
+    except ValueError as e:
+      raise UserError(str(e)) from None
+    if len(tokens) > max_len:
+      raise TooLong(len(tokens), max_len)
     if label is None:
       labels = khop.hop(khop.encode(text, None, alphabet=self.cfg.alphabet), k,
                         alphabet=self.cfg.alphabet)
@@ -120,7 +125,10 @@ class KHop:
       if not isinstance(label, str) or len(label) != len(text):
         raise UserError(f'"label" must be a string with one character per text '
                         f'character ({len(text)}), got {label!r}')
-      labels = khop.encode_label(label, self.cfg.alphabet, k_range=self.k_range)
+      try:
+        labels = khop.encode_label(label, self.cfg.alphabet, k_range=self.k_range)
+      except ValueError as e:
+        raise UserError(f"label: {e}") from None
     return self._pack(tokens[None], np.asarray(labels)[None])
 
   def describe(self, logits_row, batch_row):

@@ -1,0 +1,340 @@
+"""The real training loop (STYLE 13): outputs, frozen leaves, determinism, resume.
+
+In-process tests call `train.train_and_evaluate(smoke_config, tmpdir)`; the
+command-line tests run `python -m launch.train` as a user would, including a
+SIGKILL in the middle of a run followed by a resume.
+"""
+
+import csv
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs import dyck as dyck_config
+from configs import khop as khop_config
+from ut import data as data_lib
+from ut import models
+from ut import train
+from ut.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = {"dyck": dyck_config, "khop": khop_config}
+# What a resumed or repeated run must reproduce exactly.
+FINAL_KEYS = ("step", "eval_accuracy", "eval_loss", "final_train_loss",
+              "param_checksum")
+TRAIN_COLUMNS = ("step", "loss", "accuracy", "grad_norm", "lr")  # Not steps_per_sec.
+
+
+def smoke_config(task="dyck", arg="", **train_overrides):
+  config = CONFIGS[task].get_config(",".join(filter(None, ["smoke", arg])))
+  config.train.update(train_overrides)
+  return config
+
+
+def read_csv(path, columns=None):
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  if columns is not None:
+    rows = [{c: r[c] for c in columns} for r in rows]
+  return rows
+
+
+def read_json(path):
+  with open(path) as f:
+    return json.load(f)
+
+
+def leaves_by_name(tree, convert=np.asarray):
+  flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {"/".join(str(k.key) for k in path): convert(v) for path, v in flat}
+
+
+def labels_by_name(params, spec):
+  return leaves_by_name(models.labels(params, spec), convert=str)
+
+
+def initial_params(config):
+  """The parameters a run starts from, built independently of its workdir."""
+  spec = train.model_spec(config, data_lib.make_task(config).info)
+  state, _, _ = train.init_state(config, spec)
+  return leaves_by_name(state.params)
+
+
+def train_command(workdir, *overrides, config="configs/dyck.py:smoke"):
+  return [sys.executable, "-m", "launch.train", f"--config={config}",
+          f"--workdir={workdir}", *overrides]
+
+
+def run_train(workdir, *overrides, config="configs/dyck.py:smoke"):
+  return subprocess.run(train_command(workdir, *overrides, config=config),
+                        cwd=ROOT, capture_output=True, text=True, timeout=300,
+                        check=False)
+
+
+class TrainAndEvaluateTest(parameterized.TestCase):
+
+  @parameterized.parameters("dyck", "khop")
+  def test_smoke_run_writes_outputs_and_rerun_keeps_them(self, task):
+    config = smoke_config(task)
+    workdir = self.create_tempdir().full_path
+    final = train.train_and_evaluate(config, workdir)
+    steps = config.train.steps
+
+    metrics = read_json(os.path.join(workdir, "metrics.json"))
+    self.assertEqual(metrics["step"], steps)
+    for key in FINAL_KEYS:
+      self.assertEqual(metrics[key], final[key], key)
+      self.assertTrue(np.isfinite(metrics[key]), (key, metrics[key]))
+    self.assertBetween(metrics["eval_accuracy"], 0.0, 1.0)
+    self.assertEqual(metrics["task"], task)
+    self.assertIn("git_commit", metrics["provenance"])
+
+    train_rows = read_csv(os.path.join(workdir, "train_metrics.csv"))
+    self.assertEqual(list(train_rows[0]),
+                     ["step", "loss", "accuracy", "grad_norm", "lr", "steps_per_sec"])
+    log_steps = list(range(config.train.log_every, steps + 1, config.train.log_every))
+    self.assertEqual([int(r["step"]) for r in train_rows], log_steps)
+    self.assertEqual(float(train_rows[-1]["loss"]), metrics["final_train_loss"])
+    eval_rows = read_csv(os.path.join(workdir, "eval_metrics.csv"))
+    self.assertEqual([int(r["step"]) for r in eval_rows],
+                     list(range(config.eval.every, steps + 1, config.eval.every)))
+    self.assertEqual(float(eval_rows[-1]["accuracy"]), metrics["eval_accuracy"])
+    self.assertNotEmpty(glob.glob(os.path.join(workdir, "tb", "events.out.tfevents.*")))
+    self.assertContainsSubset({str(steps)},
+                              set(os.listdir(os.path.join(workdir, "checkpoints"))))
+    self.assertEqual(read_json(os.path.join(workdir, "config.json")),
+                     json.loads(config.to_json_best_effort()))
+
+    # Running the finished command again resumes at the last step: nothing to
+    # train, and the same final metrics (not a final_train_loss of None).
+    with open(os.path.join(workdir, "train_metrics.csv")) as f:
+      train_csv = f.read()
+    again = train.train_and_evaluate(config, workdir)
+    for key in FINAL_KEYS:
+      self.assertEqual(again[key], final[key], key)
+    self.assertEqual(read_json(os.path.join(workdir, "metrics.json"))
+                     ["final_train_loss"], final["final_train_loss"])
+    with open(os.path.join(workdir, "train_metrics.csv")) as f:
+      self.assertEqual(f.read(), train_csv)
+
+  def test_frozen_leaves_are_bit_identical_after_training(self):
+    config = smoke_config(arg="model=random,variant=res_ln_mlp")
+    workdir = self.create_tempdir().full_path
+    train.train_and_evaluate(config, workdir)
+    params, spec, _, _, step = train.restore_params(workdir)
+    self.assertEqual(step, config.train.steps)
+    before, after = initial_params(config), leaves_by_name(params)
+    self.assertEqual(set(before), set(after))
+    labels = labels_by_name(params, spec)
+    frozen = sorted(k for k, v in labels.items() if v == "frozen")
+    self.assertEqual(frozen, ["layers/wk", "layers/wq", "layers/wv",
+                              "mlp/b1", "mlp/b2", "mlp/w1", "mlp/w2"])
+    for name, label in labels.items():
+      self.assertEqual(after[name].dtype, before[name].dtype, name)
+      if label == "frozen":
+        self.assertEqual(after[name].tobytes(), before[name].tobytes(), name)
+      else:  # embed/token, embed/position, unembed all moved.
+        self.assertFalse(np.array_equal(after[name], before[name]), name)
+
+  def test_trained_kind_updates_every_weight(self):
+    config = smoke_config(arg="model=trained,variant=res_ln_mlp")
+    workdir = self.create_tempdir().full_path
+    train.train_and_evaluate(config, workdir)
+    params, spec, _, _, _ = train.restore_params(workdir)
+    self.assertEqual(set(labels_by_name(params, spec).values()), {"train"})
+    before, after = initial_params(config), leaves_by_name(params)
+    for name in ("layers/wq", "layers/wk", "layers/wv", "layers/wo", "mlp/w1",
+                 "mlp/b1", "mlp/w2", "mlp/b2", "embed/token", "unembed"):
+      self.assertFalse(np.array_equal(after[name], before[name]), name)
+
+  def test_two_runs_are_identical(self):
+    config = smoke_config()
+    dirs = [self.create_tempdir().full_path for _ in range(2)]
+    finals = [train.train_and_evaluate(config, d) for d in dirs]
+    for key in FINAL_KEYS:
+      self.assertEqual(finals[0][key], finals[1][key], key)
+    self.assertEqual(*[read_csv(os.path.join(d, "train_metrics.csv"), TRAIN_COLUMNS)
+                       for d in dirs])
+    self.assertEqual(*[read_csv(os.path.join(d, "eval_metrics.csv")) for d in dirs])
+    params = [leaves_by_name(train.restore_params(d)[0]) for d in dirs]
+    for name in params[0]:
+      np.testing.assert_array_equal(params[0][name], params[1][name], name)
+
+  def test_workdir_keeps_its_config(self):
+    workdir = self.create_tempdir().full_path
+    # An invalid config fails before it claims the workdir...
+    bad = smoke_config(arg="variant=nope", steps=2)
+    with self.assertRaisesRegex(UserError, "unknown variant 'nope'"):
+      train.train_and_evaluate(bad, workdir)
+    self.assertFalse(os.path.exists(os.path.join(workdir, "config.json")))
+    # ...so that the corrected command can still use it.
+    config = smoke_config(steps=2)
+    train.train_and_evaluate(config, workdir)
+    with open(os.path.join(workdir, "metrics.json")) as f:
+      metrics_text = f.read()
+    other = smoke_config(arg="model=random", steps=2, lr=1e-3)
+    with self.assertRaises(UserError) as cm:
+      train.train_and_evaluate(other, workdir)
+    differing = re.search(r"differs in ([^)]*)\)", str(cm.exception))
+    self.assertIsNotNone(differing, str(cm.exception))
+    self.assertEqual(set(differing.group(1).split(", ")), {"model", "train"})
+    self.assertIn("--workdir", str(cm.exception))
+    # Nothing in the workdir was touched.
+    self.assertEqual(read_json(os.path.join(workdir, "config.json")),
+                     json.loads(config.to_json_best_effort()))
+    with open(os.path.join(workdir, "metrics.json")) as f:
+      self.assertEqual(f.read(), metrics_text)
+
+  def test_nan_loss_stops_with_the_step(self):
+    """NaN logits from step 5 on (a patched model): TrainingDiverged at step 5."""
+    poison_from = 4  # 0-based index of the first bad batch: reported as step 5.
+    real_batch, real_apply = train.train_batch, models.apply
+
+    def batch_with_marker(config, task, step):
+      batch = real_batch(config, task, step)
+      if step >= poison_from:
+        batch = dict(batch, tokens=batch["tokens"].copy())
+        batch["tokens"][:, 0] = -1  # Marker read by nan_apply below.
+      return batch
+
+    def nan_apply(params, spec, tokens_BxT, precision=None):
+      logits = real_apply(params, spec, jnp.maximum(tokens_BxT, 0), precision)
+      return jnp.where(jnp.any(tokens_BxT < 0), jnp.nan, logits)
+
+    # The trained kind: a spec no other in-process test compiles.
+    config = smoke_config(arg="model=trained", steps=8)
+    workdir = self.create_tempdir().full_path
+    with mock.patch.object(train, "train_batch", batch_with_marker), \
+        mock.patch.object(models, "apply", nan_apply):
+      with self.assertRaises(train.TrainingDiverged) as cm:
+        train.train_and_evaluate(config, workdir)
+    self.assertIsInstance(cm.exception, UserError)
+    self.assertRegex(str(cm.exception), r"loss became nan at step 5 \(last finite loss "
+                     r"[0-9.]+,")
+    self.assertRegex(str(cm.exception), r"--config\.train\.lr")
+    self.assertFalse(os.path.exists(os.path.join(workdir, "metrics.json")))
+    # The checkpoint saved just before (step 4) is complete and finite.
+    params, _, _, _, step = train.restore_params(workdir)
+    self.assertEqual(step, poison_from)
+    chex.assert_tree_all_finite(params)
+
+  def test_evaluate_compiles_once(self):
+    config = smoke_config(arg="model=random")
+    config.model.num_layers = 1  # A spec no other test compiles.
+    task = data_lib.make_task(config)
+    spec = train.model_spec(config, task.info)
+    params = models.init(jax.random.PRNGKey(0), spec)
+    held_out = train.eval_batches(config, task)
+    self.assertEqual(len({len(b["tokens"]) for b in held_out}), 1)
+    traces = []
+    real = train.loss_and_metrics
+
+    def counting(*args):
+      traces.append(1)
+      return real(*args)
+
+    with mock.patch.object(train, "loss_and_metrics", counting):
+      first = train.evaluate(params, spec, held_out)
+      second = train.evaluate(params, spec, held_out)
+    self.assertEqual(first, second)
+    self.assertLen(traces, 1)  # One trace for all batches of both calls.
+
+
+class CommandLineTest(parameterized.TestCase):
+
+  def assert_one_line_error(self, proc, pattern):
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertNotIn("Traceback", proc.stderr)
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("error: ")]
+    self.assertLen(errors, 1, proc.stderr[-3000:])
+    self.assertRegex(errors[0], pattern)
+    return errors[0]
+
+  def test_kill_and_resume_matches_uninterrupted_run(self):
+    overrides = ("--config.train.steps=60", "--config.train.checkpoint_every=10")
+    steps = 60
+    whole = self.create_tempdir("whole").full_path
+    killed = self.create_tempdir("killed").full_path
+
+    proc = run_train(whole, *overrides)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+
+    log_path = os.path.join(killed, "first_attempt.log")
+    with open(log_path, "w") as log:
+      child = subprocess.Popen(train_command(killed, *overrides), cwd=ROOT,
+                               stdout=log, stderr=subprocess.STDOUT)
+    ckpt_dir = os.path.join(killed, "checkpoints")
+    done_steps = []
+    deadline = time.time() + 240
+    try:
+      while child.poll() is None and time.time() < deadline:
+        if os.path.isdir(ckpt_dir):  # Finished step dirs only (not *.tmp-*).
+          done_steps = [int(n) for n in os.listdir(ckpt_dir) if n.isdigit()]
+          if done_steps:
+            child.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.002)
+    finally:
+      if child.poll() is None and not done_steps:
+        child.kill()
+      child.wait()
+    self.assertTrue(done_steps, "no checkpoint appeared before the run ended")
+    self.assertEqual(child.returncode, -signal.SIGKILL)
+    # Killed mid-run: a checkpoint short of the end, and no final metrics.
+    self.assertLess(min(done_steps), steps)
+    self.assertEqual(min(done_steps) % 10, 0)
+    self.assertFalse(os.path.exists(os.path.join(killed, "metrics.json")))
+
+    proc = run_train(killed, *overrides)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    resumed = re.search(r"resumed from checkpoint at step (\d+)", proc.stderr)
+    self.assertIsNotNone(resumed, proc.stderr[-3000:])
+    self.assertBetween(int(resumed.group(1)), 10, steps - 1)
+
+    want = read_json(os.path.join(whole, "metrics.json"))
+    got = read_json(os.path.join(killed, "metrics.json"))
+    for key in FINAL_KEYS:
+      self.assertEqual(got[key], want[key], key)
+    self.assertEqual(read_csv(os.path.join(killed, "train_metrics.csv"), TRAIN_COLUMNS),
+                     read_csv(os.path.join(whole, "train_metrics.csv"), TRAIN_COLUMNS))
+    self.assertEqual(read_csv(os.path.join(killed, "eval_metrics.csv")),
+                     read_csv(os.path.join(whole, "eval_metrics.csv")))
+
+  def test_divergence_is_one_line_error(self):
+    workdir = self.create_tempdir().full_path
+    proc = run_train(workdir, "--config.train.lr=1e30", "--config.train.grad_clip=1e30")
+    line = self.assert_one_line_error(
+        proc, r"^error: loss became (nan|inf|-inf) at step \d+ .*--config\.train\.lr")
+    step = int(re.search(r"at step (\d+)", line).group(1))
+    self.assertBetween(step, 1, 4)  # The smoke run has 4 steps.
+    self.assertEqual(proc.returncode, 2)
+    self.assertFalse(os.path.exists(os.path.join(workdir, "metrics.json")))
+
+  @parameterized.named_parameters(
+      ("unknown_model", "configs/dyck.py:model=bogus", r"unknown model kind 'bogus'"),
+      ("unknown_argument", "configs/dyck.py:foo=1", r"unknown config argument 'foo'"),
+      ("unknown_variant", "configs/dyck.py:smoke,variant=nope",
+       r"unknown variant 'nope'"),
+  )
+  def test_bad_config_argument_is_one_line_error(self, config, pattern):
+    workdir = os.path.join(self.create_tempdir().full_path, "run")
+    proc = run_train(workdir, config=config)
+    self.assert_one_line_error(proc, pattern)
+    self.assertFalse(os.path.exists(os.path.join(workdir, "config.json")))
+
+
+if __name__ == "__main__":
+  absltest.main()
