@@ -152,10 +152,17 @@ def layer_norm(z, eps=1e-5):
   return (z - mean) * jax.lax.rsqrt(var + eps)
 
 
-def embed(params, tokens_BxT):
-  """E: token table plus position table, (B, T, M)."""
+def embed(params, tokens_BxT, precision=None):
+  """E: token table plus position table, (B, T, M).
+
+  The token lookup is a one-hot matmul: its gradient is a matmul too, where a
+  gather's is a scatter-add, which is slow on CPU.
+  """
   t = tokens_BxT.shape[1]
-  return params["embed"]["token"][tokens_BxT] + params["embed"]["position"][:t][None]
+  table = params["embed"]["token"]
+  onehot = jax.nn.one_hot(tokens_BxT, table.shape[0], dtype=table.dtype)
+  return (jnp.einsum("btv,vm->btm", onehot, table, precision=precision)
+          + params["embed"]["position"][:t][None])
 
 
 def attention(params, spec, z_BxTxM, layer, precision=None):
@@ -168,12 +175,65 @@ def attention(params, spec, z_BxTxM, layer, precision=None):
       causal=spec.causal, precision=precision)
 
 
-def apply(params, spec, tokens_BxT, precision=None):
-  """Logits (B, T, C) for token ids (B, T)."""
+def _layer_norm_levels(levels, eps=1e-5):
+  """`layer_norm` of the concatenation of per-level arrays, level by level."""
+  m = sum(z.shape[-1] for z in levels)
+  mean = sum(z.sum(-1, keepdims=True) for z in levels) / m
+  var = sum(jnp.square(z - mean).sum(-1, keepdims=True) for z in levels) / m
+  inv = jax.lax.rsqrt(var + eps)
+  return [(z - mean) * inv for z in levels]
+
+
+def _apply_sparse(params, spec, tokens_BxT, precision):
+  """`apply` for the sparse kind with the state kept as one array per level.
+
+  The same computation as the flat path (tested equal), but no m-wide array is
+  sliced or concatenated per layer, which is what makes training fast.
+  """
+  ut = spec.sparse_ut
+  cols = [lambda w, s=s: w[..., s] for s in sparse.level_slices(ut)]
+  t = tokens_BxT.shape[1]
+  onehot = jax.nn.one_hot(tokens_BxT, spec.vocab_size,
+                          dtype=params["embed"]["token"].dtype)
+  z = [jnp.einsum("btv,vm->btm", onehot, c(params["embed"]["token"]),
+                  precision=precision) + c(params["embed"]["position"])[:t][None]
+       for c in cols]
+  ln = spec.variant != "attn"
+  for layer in range(spec.num_layers):
+    new = sparse.route_levels(ut, _layer_norm_levels(z) if ln else z,
+                              causal=spec.causal, precision=precision)
+    if spec.residual:
+      z = [zj if n is None else zj + n for zj, n in zip(z, new)]
+    else:
+      z = new
+    if spec.variant == "res_ln_mlp":
+      mlp = jax.tree.map(lambda w: w[layer], params["mlp"])
+      rows = [mlp["w1"][s] for s in sparse.level_slices(ut)]
+      pre = sum(jnp.einsum("btm,mf->btf", hj, w, precision=precision)
+                for hj, w in zip(_layer_norm_levels(z), rows))
+      hidden = jax.nn.gelu(pre + mlp["b1"][None, None])
+      z = [zj + jnp.einsum("btf,fm->btm", hidden, c(mlp["w2"]),
+                           precision=precision) + c(mlp["b2"])[None, None]
+           for zj, c in zip(z, cols)]
+  if ln:
+    z = _layer_norm_levels(z)
+  rows = [params["unembed"][s] for s in sparse.level_slices(ut)]
+  return sum(jnp.einsum("btm,mc->btc", zj, u, precision=precision)
+             for zj, u in zip(z, rows) if zj is not None)
+
+
+def apply(params, spec, tokens_BxT, precision=None, structured=True):
+  """Logits (B, T, C) for token ids (B, T).
+
+  structured=False runs the sparse kind on the flat m-wide state (the reference
+  for the per-level path).
+  """
   if tokens_BxT.shape[1] > spec.max_len:
     raise UserError(f"sequence length {tokens_BxT.shape[1]} exceeds the model's "
                     f"position table ({spec.max_len})")
-  z = embed(params, tokens_BxT)
+  if spec.kind == "sparse" and structured:
+    return _apply_sparse(params, spec, tokens_BxT, precision)
+  z = embed(params, tokens_BxT, precision)
   ln = spec.variant != "attn"
   for layer in range(spec.num_layers):
     a = attention(params, spec, layer_norm(z) if ln else z, layer, precision)

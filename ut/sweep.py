@@ -46,7 +46,7 @@ BATCHED_KEYS = ("seed", "train.lr", "model.ut_seed")
 
 
 def load_config_module(path):
-  """Imports a config file by path (e.g. configs/dyck_table.py)."""
+  """Imports a config file by path (e.g. configs/dyck_table.py[:arg])."""
   path = path.split(":")[0]
   if not os.path.isfile(path):
     raise UserError(f"config file {path!r} does not exist")
@@ -70,8 +70,8 @@ def _set(config, dotted, value):
   node[leaf] = value
 
 
-def collect_runs(module):
-  """[(name, config)] from the module's sweep(add)."""
+def collect_runs(module, arg=None):
+  """[(name, config)] from the module's sweep(add) (or sweep(add, arg))."""
   runs = []
 
   def add(arg="", **overrides):
@@ -82,7 +82,10 @@ def collect_runs(module):
         [arg] + [f"{k}={v}" for k, v in sorted(overrides.items())])).strip("_,")
     runs.append((name or "default", config))
 
-  module.sweep(add)
+  if arg is None:
+    module.sweep(add)
+  else:
+    module.sweep(add, arg)
   names = [n for n, _ in runs]
   if len(set(names)) != len(names):
     raise UserError("sweep(add) added the same run twice")
@@ -156,7 +159,8 @@ def train_group(configs, *, log_every=None):
 def run_sweep(config_path, workdir):
   """Runs every unfinished run of the config's sweep; returns the aggregate rows."""
   module = load_config_module(config_path)
-  runs = collect_runs(module)
+  arg = config_path.split(":", 1)[1] if ":" in config_path else None
+  runs = collect_runs(module, arg)
   groups = {}
   for name, config in runs:
     groups.setdefault(group_key(config), []).append((name, config))

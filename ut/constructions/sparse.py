@@ -115,6 +115,17 @@ def _level_sizes(ut):
   return [level_roles(h, num_layers, j) * h**j * d for j in range(num_layers + 1)]
 
 
+def level_slices(ut):
+  """Static column ranges of the levels in the m-wide state."""
+  offsets = np.cumsum([0] + _level_sizes(ut))
+  return [slice(int(lo), int(hi)) for lo, hi in zip(offsets[:-1], offsets[1:])]
+
+
+def route_levels(ut, levels, *, causal, precision=transformer.HIGHEST):
+  """One UT layer (no residual) on per-level arrays; None marks a zero level."""
+  return _route_levels(ut, levels, causal=causal, precision=precision)
+
+
 def _route_levels(ut, levels, *, causal, precision):
   """One UT layer without residual: sum_h A_h Z R_V[h], on per-level arrays.
 

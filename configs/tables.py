@@ -1,0 +1,17 @@
+"""Shared grid parsing for the paper-table sweeps (configs/*_table.py).
+
+Grid arguments use '+' between values, e.g. `kinds=sparse+random,seeds=3`.
+"""
+
+from configs import common
+
+KINDS = "sparse+random+trained"
+VARIANTS = "attn+res_ln+res_ln_mlp"
+
+
+def parse_grid(arg, **extra):
+  args = common.parse_arg(arg, dict(kinds=KINDS, variants=VARIANTS, seeds=3,
+                                    smoke=False, **extra))
+  for key in ("kinds", "variants"):
+    args[key] = args[key].split("+")
+  return args
