@@ -1,11 +1,16 @@
-"""A tiny sweep for tests: 4 seeds x 2 learning rates of the Dyck smoke config."""
+"""Tiny sweeps for tests: 4 seeds x 2 learning rates of the Dyck smoke config;
+with the argument `sparse`, 3 seeds of the sparse UT with res_ln_mlp."""
 
 from configs import dyck
 
 get_config = dyck.get_config
 
 
-def sweep(add):
+def sweep(add, arg=None):
+  if arg == "sparse":
+    for seed in range(3):
+      add(f"model=sparse,variant=res_ln_mlp,smoke,seed={seed}")
+    return
   for lr in (1e-2, 3e-3):
     for seed in range(4):
       add(f"model=random,smoke,seed={seed}", **{"train.lr": lr})

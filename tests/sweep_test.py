@@ -16,11 +16,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "tests", "sweep_config.py")
 
 
-def run_sweep_cli(workdir, devices):
+def run_sweep_cli(workdir, devices, arg=None):
   env = dict(os.environ,
              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+  config = CONFIG + (f":{arg}" if arg else "")
   return subprocess.run(
-      [sys.executable, "-m", "launch.sweep", f"--config={CONFIG}",
+      [sys.executable, "-m", "launch.sweep", f"--config={config}",
        f"--workdir={workdir}"], cwd=ROOT, env=env, capture_output=True,
       text=True, timeout=600, check=False)
 
@@ -57,15 +58,17 @@ class SweepTest(absltest.TestCase):
       self.assertAlmostEqual(row["accuracy_std"], np.std(accs, ddof=1))
 
   def test_restart_skips_finished_runs(self):
+    # The sparse kind with res_ln_mlp, on one device (a 1-device mesh).
     tmp = self.create_tempdir().full_path
-    proc = run_sweep_cli(tmp, devices=1)
+    proc = run_sweep_cli(tmp, devices=1, arg="sparse")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    name = sweep.collect_runs(sweep_config)[3][0]
+    runs = sweep.collect_runs(sweep_config, "sparse")
+    name = runs[1][0]
     path = os.path.join(tmp, "runs", name, "metrics.json")
     others = {n: os.path.getmtime(os.path.join(tmp, "runs", n, "metrics.json"))
-              for n, _ in sweep.collect_runs(sweep_config) if n != name}
+              for n, _ in runs if n != name}
     os.remove(path)
-    proc = run_sweep_cli(tmp, devices=1)
+    proc = run_sweep_cli(tmp, devices=1, arg="sparse")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn("1 to do", proc.stderr)
     self.assertTrue(os.path.exists(path))

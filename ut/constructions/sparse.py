@@ -152,9 +152,7 @@ def _route_levels(ut, levels, *, causal, precision):
     routed = jnp.einsum("bgts,bgsf->btf", a_BxHxTxT, src_BxHxTxF,
                         precision=precision)
     if routed.shape[-1] < sizes[j]:  # Query leaves at level L-1 get nothing.
-      routed = jnp.concatenate(
-          [routed, jnp.zeros((b, t, sizes[j] - routed.shape[-1]), routed.dtype)],
-          axis=-1)
+      routed = jnp.pad(routed, ((0, 0), (0, 0), (0, sizes[j] - routed.shape[-1])))
     new.append(routed)
   new.append(None)  # Leaves receive nothing.
   return new
