@@ -16,13 +16,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "tests", "sweep_config.py")
 
 
-def run_sweep_cli(workdir, devices, arg=None):
+def run_sweep_cli(workdir, devices, arg=None, *flags):
   env = dict(os.environ,
              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
   config = CONFIG + (f":{arg}" if arg else "")
   return subprocess.run(
       [sys.executable, "-m", "launch.sweep", f"--config={config}",
-       f"--workdir={workdir}"], cwd=ROOT, env=env, capture_output=True,
+       f"--workdir={workdir}", *flags], cwd=ROOT, env=env, capture_output=True,
       text=True, timeout=600, check=False)
 
 
@@ -33,6 +33,7 @@ class SweepTest(absltest.TestCase):
     proc = run_sweep_cli(tmp, devices=8)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn("8 device(s)", proc.stderr)
+    self.assertIn("vmapped groups", proc.stderr)
     runs = sweep.collect_runs(sweep_config)
     self.assertLen(runs, 8)
     self.assertLen({sweep.group_key(c) for _, c in runs}, 1)  # One vmapped group.
@@ -58,9 +59,9 @@ class SweepTest(absltest.TestCase):
       self.assertAlmostEqual(row["accuracy_std"], np.std(accs, ddof=1))
 
   def test_restart_skips_finished_runs(self):
-    # The sparse kind with res_ln_mlp, on one device (a 1-device mesh).
+    # The sparse kind with res_ln_mlp, vmapped on a 1-device mesh.
     tmp = self.create_tempdir().full_path
-    proc = run_sweep_cli(tmp, devices=1, arg="sparse")
+    proc = run_sweep_cli(tmp, 1, "sparse", "--batching=vmap")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     runs = sweep.collect_runs(sweep_config, "sparse")
     name = runs[1][0]
@@ -68,7 +69,7 @@ class SweepTest(absltest.TestCase):
     others = {n: os.path.getmtime(os.path.join(tmp, "runs", n, "metrics.json"))
               for n, _ in runs if n != name}
     os.remove(path)
-    proc = run_sweep_cli(tmp, devices=1, arg="sparse")
+    proc = run_sweep_cli(tmp, 1, "sparse", "--batching=vmap")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn("1 to do", proc.stderr)
     self.assertTrue(os.path.exists(path))
