@@ -236,7 +236,9 @@ def run_table(config, workdir):
     targets_lib.check_positive(H=entry[0], L=entry[1], d=entry[2])
   csv_path = os.path.join(workdir, "simulate_table.csv")
   json_path = os.path.join(workdir, "simulate_table.json")
-  reports.refuse_existing([csv_path, json_path], config.overwrite)
+  reports.refuse_existing([csv_path, json_path,
+                           os.path.join(workdir, "simulate_table.md")],
+                          config.overwrite)
   rows = []
   for i, (h, num_layers, d) in enumerate(config.grid):
     rows.append(table_row(h, num_layers, d, config))
@@ -245,4 +247,6 @@ def run_table(config, workdir):
   reports.write_csv(csv_path, rows)
   reports.write_json(json_path, {"rows": rows,
                                  "provenance": reports.provenance(config)})
+  with open(os.path.join(workdir, "simulate_table.md"), "w") as f:
+    f.write(reports.format_table(rows) + "\n")
   return rows
