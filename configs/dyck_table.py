@@ -17,9 +17,4 @@ get_config = dyck.get_config
 
 def sweep(add, arg=None):
   args = tables.parse_grid(arg, mixes="za+hard")
-  for mix in args["mixes"].split("+"):
-    for kind in args["kinds"]:
-      for variant in args["variants"]:
-        for seed in range(args["seeds"]):
-          add(f"model={kind},variant={variant},mix={mix},seed={seed}"
-              + (",smoke" if args["smoke"] else ""))
+  tables.add_grid(add, args, "mix", args["mixes"])

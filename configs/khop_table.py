@@ -17,9 +17,4 @@ get_config = khop.get_config
 
 def sweep(add, arg=None):
   args = tables.parse_grid(arg, ks="1+2+3+4")
-  for k in args["ks"].split("+"):
-    for kind in args["kinds"]:
-      for variant in args["variants"]:
-        for seed in range(args["seeds"]):
-          add(f"model={kind},variant={variant},k={k},seed={seed}"
-              + (",smoke" if args["smoke"] else ""))
+  tables.add_grid(add, args, "k", args["ks"])

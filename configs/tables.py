@@ -15,3 +15,13 @@ def parse_grid(arg, **extra):
   for key in ("kinds", "variants"):
     args[key] = args[key].split("+")
   return args
+
+
+def add_grid(add, args, axis, values):
+  """add() one run per (axis value, kind, variant, seed) of the parsed grid."""
+  for value in values.split("+"):
+    for kind in args["kinds"]:
+      for variant in args["variants"]:
+        for seed in range(args["seeds"]):
+          add(f"model={kind},variant={variant},{axis}={value},seed={seed}"
+              + (",smoke" if args["smoke"] else ""))

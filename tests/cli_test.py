@@ -9,6 +9,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
+from tests import cli_helpers
 from tests import reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,12 +92,9 @@ class BadInputTest(parameterized.TestCase):
                         f"--config.out={self.tmp}/Y.npy", *extra)
 
   def assert_one_line_error(self, proc, pattern):
-    self.assertNotEqual(proc.returncode, 0)
-    self.assertNotIn("Traceback", proc.stderr)
-    errors = [l for l in proc.stderr.splitlines() if l.startswith("error: ")]
-    self.assertLen(errors, 1, proc.stderr[-2000:])
-    self.assertRegex(errors[0], pattern)
+    line = cli_helpers.assert_one_line_error(self, proc, pattern)
     self.assertFalse(os.path.exists(f"{self.tmp}/Y.npy"))
+    return line
 
   def test_missing_key(self):
     w = dict(np.load(f"{self.tmp}/T.npz"))

@@ -20,6 +20,7 @@ import numpy as np
 
 from configs import dyck as dyck_config
 from configs import khop as khop_config
+from tests import cli_helpers
 from ut import evaluate
 from ut import models
 from ut import train
@@ -268,12 +269,8 @@ class EvaluateTest(parameterized.TestCase):
       self.assertEqual(f.read(), before)
 
   def assert_one_error(self, proc, pattern):
-    self.assertNotEqual(proc.returncode, 0)
-    self.assertNotIn("Traceback", proc.stderr)
-    errors = [l for l in proc.stderr.splitlines() if l.startswith("error: ")]
-    self.assertLen(errors, 1, proc.stderr[-2000:])
-    self.assertRegex(errors[0], pattern)
-
+    line = cli_helpers.assert_one_line_error(self, proc, pattern)
+    return line
 
 if __name__ == "__main__":
   absltest.main()

@@ -25,6 +25,7 @@ import numpy as np
 
 from configs import dyck as dyck_config
 from configs import khop as khop_config
+from tests import cli_helpers
 from ut import data as data_lib
 from ut import models
 from ut import train
@@ -256,12 +257,8 @@ class TrainAndEvaluateTest(parameterized.TestCase):
 class CommandLineTest(parameterized.TestCase):
 
   def assert_one_line_error(self, proc, pattern):
-    self.assertNotEqual(proc.returncode, 0)
-    self.assertNotIn("Traceback", proc.stderr)
-    errors = [l for l in proc.stderr.splitlines() if l.startswith("error: ")]
-    self.assertLen(errors, 1, proc.stderr[-3000:])
-    self.assertRegex(errors[0], pattern)
-    return errors[0]
+    line = cli_helpers.assert_one_line_error(self, proc, pattern)
+    return line
 
   def test_kill_and_resume_matches_uninterrupted_run(self):
     overrides = ("--config.train.steps=60", "--config.train.checkpoint_every=10")
