@@ -59,7 +59,7 @@ def base_config(kind, variant, seed):
   config.seed = seed
   config.model = ml_collections.ConfigDict(dict(
       kind=kind, variant=variant, num_heads=2, num_layers=2, width=16, m=256,
-      head_width=32, mlp_ratio=2, causal=True, ut_seed=0, shared=False))
+      head_width=32, mlp_ratio=1, causal=True, ut_seed=0, shared=False))
   config.model.update(MODEL_DEFAULTS[kind])
   config.train = ml_collections.ConfigDict(dict(
       steps=2000, batch_size=128, lr=LEARNING_RATES[kind], warmup_steps=100,

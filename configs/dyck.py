@@ -17,7 +17,10 @@ Our choices where the paper is silent (all chosen by us):
   random: m=256, H=2, L=2, k_u=32; trained: d=64, H=2, L=2);
   AdamW (b2=0.98, no weight decay), peak lr 1e-2 for UTs and 3e-3 for trained
   (configs/common.py), 100 warmup steps, cosine to 1%,
-  batch 128, 2000 steps, grad clip 1; held-out set of 2048 from a disjoint seed.
+  batch 128, 2000 steps, grad clip 1; held-out set of 2048 from a disjoint seed;
+  res_ln_mlp: one GELU MLP per layer of hidden width m (mlp_ratio 1), frozen
+  random (N(0, 1/fan_in)) in UTs, trained in `trained`; LayerNorm without
+  parameters everywhere.
 """
 
 from configs import common

@@ -91,10 +91,19 @@ def loss_and_metrics(params, spec, batch):
                     count=jnp.sum(batch["mask"]))
 
 
+def _stop_frozen_gradients(params, spec):
+  """Frozen leaves get stop_gradient: XLA then skips their weight gradients."""
+  return jax.tree.map(lambda p, label: jax.lax.stop_gradient(p)
+                      if label == "frozen" else p,
+                      params, models.labels(params, spec))
+
+
 def train_step(state, batch, *, spec, tx):
   """One optimizer step; returns the new state and the step's metrics."""
-  grad_fn = jax.value_and_grad(loss_and_metrics, has_aux=True)
-  (_, metrics), grads = grad_fn(state.params, spec, batch)
+  grad_fn = jax.value_and_grad(
+      lambda p: loss_and_metrics(_stop_frozen_gradients(p, spec), spec, batch),
+      has_aux=True)
+  (_, metrics), grads = grad_fn(state.params)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics["grad_norm"] = optax.tree.norm(grads)
