@@ -69,6 +69,13 @@ class SweepTest(absltest.TestCase):
     others = {n: os.path.getmtime(os.path.join(tmp, "runs", n, "metrics.json"))
               for n, _ in runs if n != name}
     os.remove(path)
+    proc = run_sweep_cli(tmp, 1, "sparse", "--aggregate_only")
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    self.assertFalse(os.path.exists(path))  # Nothing trained.
+    with open(os.path.join(tmp, "table.json")) as f:
+      table = json.load(f)
+    self.assertEqual(table["missing_runs"], [name])
+    self.assertEqual([r["seeds"] for r in table["rows"]], [2])
     proc = run_sweep_cli(tmp, 1, "sparse", "--batching=vmap")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn("1 to do", proc.stderr)

@@ -172,8 +172,11 @@ def use_vmap(batching):
   return batching == "vmap"
 
 
-def run_sweep(config_path, workdir, batching="auto"):
-  """Runs every unfinished run of the config's sweep; returns the aggregate rows."""
+def run_sweep(config_path, workdir, batching="auto", aggregate_only=False):
+  """Runs every unfinished run of the config's sweep; returns the aggregate rows.
+
+  aggregate_only: train nothing; tabulate the finished runs and name the rest.
+  """
   module = load_config_module(config_path)
   arg = config_path.split(":", 1)[1] if ":" in config_path else None
   runs = collect_runs(module, arg)
@@ -189,7 +192,7 @@ def run_sweep(config_path, workdir, batching="auto"):
                else "one run after another (single CPU device)")
   for members in groups.values():
     pending = [(n, c) for n, c in members if not _done(workdir, n)]
-    if not pending:
+    if not pending or aggregate_only:
       continue
     start = time.perf_counter()
     if vmapped:
@@ -201,6 +204,7 @@ def run_sweep(config_path, workdir, batching="auto"):
     for (name, config), result in zip(pending, results):
       result.update(name=name, seed=config.seed, lr=config.train.lr,
                     group_seconds=seconds, group_size=len(pending),
+                    run_seconds=seconds / len(pending),
                     vmapped=vmapped,
                     config=json.loads(config.to_json_best_effort()),
                     provenance=reports.provenance())
@@ -209,12 +213,34 @@ def run_sweep(config_path, workdir, batching="auto"):
     logging.info("group done in %.1fs: %s", seconds,
                  ", ".join(f"{n}: {r['eval_accuracy']:.4f}"
                            for (n, _), r in zip(pending, results)))
-  rows = aggregate(workdir, [n for n, _ in runs])
+  finished = [n for n, _ in runs if _done(workdir, n)]
+  missing = [n for n, _ in runs if not _done(workdir, n)]
+  if not finished:
+    raise UserError(f"no finished runs of this sweep in {workdir}")
+  rows = aggregate(workdir, finished)
   if jax.process_index() == 0:
     write_table(workdir, rows, dict(config=config_path,
                                     wall_seconds=time.perf_counter() - sweep_start,
+                                    total_run_seconds=_total_seconds(workdir,
+                                                                     finished),
+                                    missing_runs=missing,
                                     provenance=reports.provenance()))
+  if missing:
+    logging.warning("%d of %d runs are not finished and not in the table",
+                    len(missing), len(runs))
   return rows
+
+
+def _total_seconds(workdir, names):
+  """Training time of the finished runs (as recorded; None where unrecorded)."""
+  total = 0.0
+  for name in names:
+    with open(_metrics_path(workdir, name)) as f:
+      seconds = json.load(f).get("run_seconds")
+    if seconds is None:
+      return None
+    total += seconds
+  return total
 
 
 def _metrics_path(workdir, name):
@@ -222,7 +248,12 @@ def _metrics_path(workdir, name):
 
 
 def _done(workdir, name):
-  return os.path.exists(_metrics_path(workdir, name))
+  """A run is done once the sweep recorded it (not merely trained it)."""
+  path = _metrics_path(workdir, name)
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    return "config" in json.load(f)
 
 
 def aggregate(workdir, names):
