@@ -15,7 +15,7 @@ Our choices where the paper is silent (all chosen by us):
   strings of length 2..max_len=16, '?' query last, left padding;
   model sizes in configs/common.py (sparse: virtual target H=2, L=2, d=32, m=416;
   random: m=256, H=2, L=2, k_u=32; trained: d=64, H=2, L=2);
-  AdamW (b2=0.98, no weight decay), peak lr 1e-2 for UTs and 3e-3 for trained
+  AdamW (b2=0.98, no weight decay), peak lr 1e-2 for UTs and 1e-3 for trained
   (configs/common.py), 100 warmup steps, cosine to 1%,
   batch 128, 2000 steps, grad clip 1; held-out set of 2048 from a disjoint seed;
   res_ln_mlp: one GELU MLP per layer of hidden width m (mlp_ratio 1), frozen
