@@ -34,10 +34,27 @@ def attention_weights(q_BxHxTxK, k_BxHxTxK, *, causal, precision=HIGHEST):
 
 def attention_layer(x_BxTxW, wq_HxWxK, wk_HxWxK, wv_HxWxV, wo_HxVxW=None, *,
                     causal, precision=HIGHEST):
-  """Sum over heads of A_h X wv_h wo_h (no residual)."""
-  q = jnp.einsum("btw,hwk->bhtk", x_BxTxW, wq_HxWxK, precision=precision)
-  k = jnp.einsum("btw,hwk->bhtk", x_BxTxW, wk_HxWxK, precision=precision)
-  a_BxHxTxT = attention_weights(q, k, causal=causal, precision=precision)
+  """Sum over heads of A_h X wv_h wo_h (no residual).
+
+  Laid out so that no (B, H, T, W) array is transposed: Q and K of every head
+  come from one matmul, and without wo (a UT: V = W) sum_h (A_h X) wv_h is one
+  batched matmul with rows (t, h) and one matmul contracting (h, w).
+  """
+  wqk_Wx2xHxK = jnp.stack([wq_HxWxK, wk_HxWxK]).transpose(2, 0, 1, 3)
+  qk_BxTx2xHxK = jnp.einsum("btw,wchk->btchk", x_BxTxW, wqk_Wx2xHxK,
+                            precision=precision)
+  q_BxHxTxK = qk_BxTx2xHxK[:, :, 0].transpose(0, 2, 1, 3)
+  k_BxHxTxK = qk_BxTx2xHxK[:, :, 1].transpose(0, 2, 1, 3)
+  a_BxHxTxT = attention_weights(q_BxHxTxK, k_BxHxTxK, causal=causal,
+                                precision=precision)
+  if wo_HxVxW is None and wv_HxWxV.shape[-1] == x_BxTxW.shape[-1]:
+    b, t, w = x_BxTxW.shape
+    h = wv_HxWxV.shape[0]
+    a_BxTHxT = a_BxHxTxT.transpose(0, 2, 1, 3).reshape(b, t * h, t)
+    ax_BxTHxW = jnp.einsum("bxs,bsw->bxw", a_BxTHxT, x_BxTxW,
+                           precision=precision)
+    return jnp.einsum("bthw,hwv->btv", ax_BxTHxW.reshape(b, t, h, w), wv_HxWxV,
+                      precision=precision)
   v_BxHxTxV = jnp.einsum("btw,hwv->bhtv", x_BxTxW, wv_HxWxV, precision=precision)
   o_BxHxTxV = jnp.einsum("bhts,bhsv->bhtv", a_BxHxTxT, v_BxHxTxV,
                          precision=precision)

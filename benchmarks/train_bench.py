@@ -1,0 +1,325 @@
+r"""Training-step throughput against a matmul roofline; prints medians and ratios.
+
+  python -m benchmarks.train_bench                  # everything (< 3 min on 2 CPUs)
+  python -m benchmarks.train_bench --part=fixed     # the fixed-size step only
+  python -m benchmarks.train_bench --part=configs   # the default training configs
+  python -m benchmarks.train_bench --mallopt        # glibc keeps XLA's temp buffer
+
+roofline  `jnp.dot` of two 2048 x 2048 float32 matrices, jitted: 2 * 2048^3 FLOPs
+          over the median time. It is measured once on its own, and again inside
+          every measurement (before each timed repeat, after an untimed dot: a
+          step can leave the allocator cold), so that a step and the roofline it
+          is divided by see the same load from other processes.
+fixed     `ut.train.train_step`, jitted as in `train_and_evaluate` (donate_argnums=0,
+          the optimizer of `make_optimizer`), for the size the issue fixes: a
+          random UT, attention only, m=256, H=2, L=2, k_u=32 (configs/common.py),
+          n=64 tokens, batch 256. Its tokens come from
+          configs/dyck.py:model=random,max_len=63 (63 brackets and the '?' query:
+          64 tokens, vocabulary 4, 2 classes). Issue target: >= 0.65 of roofline.
+configs   the same step for the default configs at their own batch size and
+          length (printed under the table): configs/dyck.py:model=sparse|random|
+          trained (attention only) and configs/khop.py:model=sparse,variant=res_ln,k=1.
+
+A timed repeat runs whole steps for at least --min_block_s on one batch already
+on the device, and waits for each step's metrics, as the training loop does when
+it reads the loss (host data generation is not timed). Steps/s is the median
+over repeats. sys% is the share of the step's CPU time spent in the kernel:
+with glibc's defaults XLA's per-step temp buffer (194 MiB at the fixed size) is
+allocated on a worker thread's arena, so it is mmap'd, page-faulted in and
+unmapped on every step. --mallopt (before JAX starts: M_ARENA_MAX=1,
+M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB) keeps it in the main heap instead.
+
+FLOP counts of one step, two ways:
+  xla       `jax.jit(step).lower(...).compile().cost_analysis()['flops']`: what
+            the compiled step computes, elementwise ops and unneeded work included.
+  analytic  the matmul FLOPs of the model as `ut.models` computes it (a
+            multiply-add is 2 FLOPs). B batch, T tokens, M model width, H heads,
+            L layers, K head width (k_u for a random UT), d virtual target width
+            and F_j level widths (sparse), V vocabulary, C classes,
+            F = mlp_ratio * M. Forward:
+      embedding  2BTVM (a one-hot matmul; the position table is an add)
+      per layer, random   H [2*2BTMK (Z R_Q, Z R_K) + 2BTTK (Q K^T)
+                             + 2BTMM (Z R_V) + 2BTTM (A (Z R_V))]
+                 trained  H [2*2BTMK + 2BTTK + 2BTMK (Z W_V) + 2BTTK (A V)
+                             + 2BTKM (W_O)]
+                 sparse   H 2BTTd (Q K^T) + sum_j 2BTT F_j over the levels j >= 1
+                          that are routed: all of them with a residual; without
+                          one, the levels deeper than L - l + 1 are known zeros
+                          in layer l = 1..L and skipped (`sparse.route_levels`)
+                 res_ln_mlp adds 2*2BTMF
+      unembedding 2BTMC (sparse attn: only level 0, F_0 wide, is left)
+            Backward: a matmul needs the gradient of its activation input (E is
+            trainable and lies below every layer, so every activation has one)
+            and of its weight only where the weight trains. So a matmul with a
+            frozen weight (R_Q, R_K, R_V, a UT's MLP) or a constant input (the
+            one-hot) costs 1x its forward; a matmul of two activations (Q K^T,
+            A V, routing), the unembedding and every matmul of `trained` 2x.
+            Softmax, LayerNorm, masks, loss and the AdamW update are
+            O(BHT^2 + BTM + #params) elementwise work and not counted.
+            Fixed size: 13.2 GFLOP forward, 28.84 GFLOP per step.
+ratio = achieved FLOP/s / roofline FLOP/s (medians; the roofline measured
+alongside that step).
+"""
+
+import ctypes
+import dataclasses
+import functools
+import math
+import os
+import resource
+import statistics
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+
+from configs import dyck as dyck_config
+from configs import khop as khop_config
+from ut import data as data_lib
+from ut import train
+from ut.constructions import sparse
+
+_PART = flags.DEFINE_enum("part", "all", ["all", "fixed", "configs"],
+                          "Which measurements to run.")
+_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).")
+_MIN_BLOCK_S = flags.DEFINE_float(
+    "min_block_s", 0.25, "Each timed repeat runs whole steps for at least this "
+    "many seconds (small steps run several per repeat).")
+_MALLOPT = flags.DEFINE_bool(
+    "mallopt", False, "Before JAX starts, make glibc keep freed memory in its "
+    "main heap, so that XLA's temp buffer is not page-faulted in every step.")
+
+ROOFLINE_N = 2048
+TARGET_RATIO = 0.65
+CONFIG_FILES = {"dyck": dyck_config, "khop": khop_config}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  """One measurement: a config file, its argument, and fields set on top."""
+  name: str
+  config_file: str
+  arg: str
+  batch_size: int | None = None
+  model: tuple = ()  # (field, value) pairs for config.model.
+
+  def config(self):
+    config = CONFIG_FILES[self.config_file].get_config(self.arg)
+    if self.batch_size is not None:
+      config.train.batch_size = self.batch_size
+    config.model.update(dict(self.model))
+    return config
+
+
+# Pinned, so that a change of the configs' defaults does not move the target.
+FIXED = Case("fixed: random attn m256 H2 L2 n64 B256", "dyck",
+             "model=random,variant=attn,max_len=63", batch_size=256,
+             model=(("m", 256), ("num_heads", 2), ("num_layers", 2),
+                    ("head_width", 32), ("shared", False)))
+CONFIGS = (
+    Case("dyck.py:model=sparse", "dyck", "model=sparse"),
+    Case("dyck.py:model=random", "dyck", "model=random"),
+    Case("dyck.py:model=trained", "dyck", "model=trained"),
+    Case("khop.py:model=sparse,variant=res_ln,k=1", "khop",
+         "model=sparse,variant=res_ln,k=1"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  name: str
+  steps_per_s: float
+  xla_flops: float
+  analytic_flops: float
+  roofline: float       # FLOP/s of the 2048^2 dot, measured alongside.
+  sys_share: float      # Kernel share of the step's CPU time.
+  shape: str
+
+  @property
+  def xla_rate(self):
+    return self.xla_flops * self.steps_per_s
+
+  @property
+  def analytic_rate(self):
+    return self.analytic_flops * self.steps_per_s
+
+
+def analytic_flops(spec, batch_size, num_tokens):
+  """(forward, step) matmul FLOPs of `train_step`: the module docstring's formula."""
+  b, t, m, h = batch_size, num_tokens, spec.model_width, spec.num_heads
+  k, c, num_layers = spec.head_width, spec.num_classes, spec.num_layers
+  once = 2 * b * t * spec.vocab_size * m  # Backward 1x forward (embedding).
+  twice = 0.0                             # Backward 2x forward.
+  out_width = m
+  for layer in range(num_layers):
+    if spec.kind == "random":
+      once += h * (2 * 2 * b * t * m * k + 2 * b * t * m * m)
+      twice += h * (2 * b * t * t * k + 2 * b * t * t * m)
+    elif spec.kind == "trained":
+      twice += h * (2 * 2 * b * t * m * k + 2 * b * t * t * k + 2 * b * t * m * k
+                    + 2 * b * t * t * k + 2 * b * t * k * m)
+    else:  # sparse
+      widths = [s.stop - s.start for s in sparse.level_slices(spec.sparse_ut)]
+      deepest = num_layers if spec.residual else num_layers - layer
+      twice += (h * 2 * b * t * t * spec.width
+                + sum(2 * b * t * t * f for f in widths[1:deepest + 1]))
+      if not spec.residual:
+        out_width = sum(widths[:num_layers - layer])
+    if spec.variant == "res_ln_mlp":
+      mlp = 2 * 2 * b * t * m * spec.mlp_ratio * m
+      if spec.kind == "trained":
+        twice += mlp
+      else:
+        once += mlp
+  twice += 2 * b * t * out_width * c  # Unembedding (trainable).
+  forward = once + twice
+  return forward, forward + once + 2 * twice
+
+
+def xla_flops(compiled):
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):  # Older jax: one dict per computation.
+    cost = cost[0]
+  return float(cost["flops"])
+
+
+def _seconds(fn):
+  start = time.perf_counter()
+  jax.block_until_ready(fn())
+  return time.perf_counter() - start
+
+
+def _cpu_seconds():
+  """(user, system) CPU seconds of this process so far."""
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_utime, usage.ru_stime
+
+
+def keep_heap():
+  """glibc: one arena, no mmap'd chunks, no trimming (must run before JAX starts)."""
+  libc = ctypes.CDLL("libc.so.6")
+  m_trim_threshold, m_mmap_max, m_arena_max = -1, -4, -8
+  ok = (libc.mallopt(m_arena_max, 1) and libc.mallopt(m_mmap_max, 0)
+        and libc.mallopt(m_trim_threshold, 2**30))
+  if not ok:
+    raise RuntimeError("mallopt failed")
+
+
+def make_roofline():
+  """The jitted 2048^2 float32 dot and its FLOP count."""
+  key_a, key_b = jax.random.split(jax.random.PRNGKey(0))
+  a = jax.random.normal(key_a, (ROOFLINE_N, ROOFLINE_N), jnp.float32)
+  b = jax.random.normal(key_b, (ROOFLINE_N, ROOFLINE_N), jnp.float32)
+  dot = jax.jit(jnp.dot).lower(a, b).compile()
+  jax.block_until_ready(dot(a, b))
+  return lambda: dot(a, b), 2.0 * ROOFLINE_N**3
+
+
+def bench_roofline(roofline, repeats):
+  fn, flops = roofline
+  secs = statistics.median(_seconds(fn) for _ in range(repeats))
+  return flops / secs, secs
+
+
+def bench_step(case, roofline, repeats, min_block_s):
+  """Times `train.train_step` for one case; returns a Result."""
+  config = case.config()
+  task = data_lib.make_task(config)
+  spec = train.model_spec(config, task.info)
+  state, tx, _ = train.init_state(config, spec)
+  batch = jax.device_put(train.train_batch(config, task, 0))
+  b, t = batch["tokens"].shape
+  step = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx),
+                 donate_argnums=0)
+  compiled = step.lower(state, batch).compile()
+  holder = [state]
+
+  def run(num_steps):
+    state = holder[0]
+    for _ in range(num_steps):
+      state, metrics = compiled(state, batch)
+      jax.block_until_ready(metrics)
+    holder[0] = state
+    return state
+
+  _seconds(lambda: run(2))  # Warm up.
+  per_step = _seconds(lambda: run(1))
+  num_steps = max(1, math.ceil(min_block_s / per_step))
+  roof_fn, roof_flops = roofline
+  rates, roof_secs, user, system = [], [], 0.0, 0.0
+  for _ in range(repeats):
+    _seconds(roof_fn)  # Once untimed: the step may leave the allocator cold.
+    roof_secs.append(_seconds(roof_fn))
+    user_0, system_0 = _cpu_seconds()
+    rates.append(num_steps / _seconds(lambda: run(num_steps)))
+    user_1, system_1 = _cpu_seconds()
+    user, system = user + user_1 - user_0, system + system_1 - system_0
+  _, analytic = analytic_flops(spec, b, t)
+  shape = (f"{spec.kind}/{spec.variant} M={spec.model_width} H={spec.num_heads} "
+           f"L={spec.num_layers} T={t} B={b}")
+  return Result(case.name, statistics.median(rates), xla_flops(compiled),
+                analytic, roof_flops / statistics.median(roof_secs),
+                system / max(user + system, 1e-9),
+                shape)
+
+
+def print_table(results):
+  header = (f"{'measurement':42s} {'steps/s':>8s} {'ms/step':>8s} "
+            f"{'GF/step':>7s} {'GF/step':>7s} {'GFLOP/s':>8s} {'GFLOP/s':>8s} "
+            f"{'roofline':>8s} {'ratio':>6s} {'ratio':>6s} {'sys%':>5s}")
+  units = (f"{'':42s} {'':>8s} {'':>8s} {'xla':>7s} {'anlytc':>7s} {'xla':>8s} "
+           f"{'anlytc':>8s} {'GFLOP/s':>8s} {'xla':>6s} {'anlytc':>6s} {'':>5s}")
+  print(header)
+  print(units)
+  print("-" * len(header))
+  for r in results:
+    print(f"{r.name:42s} {r.steps_per_s:8.2f} {1e3 / r.steps_per_s:8.2f} "
+          f"{r.xla_flops / 1e9:7.3f} {r.analytic_flops / 1e9:7.3f} "
+          f"{r.xla_rate / 1e9:8.2f} {r.analytic_rate / 1e9:8.2f} "
+          f"{r.roofline / 1e9:8.1f} {r.xla_rate / r.roofline:6.3f} "
+          f"{r.analytic_rate / r.roofline:6.3f} {100 * r.sys_share:5.1f}")
+  print()
+  for r in results:
+    print(f"  {r.name}: {r.shape}")
+
+
+def main(argv):
+  del argv
+  if _MALLOPT.value:
+    keep_heap()
+  repeats, part = _REPEATS.value, _PART.value
+  start = time.perf_counter()
+  cpus = os.cpu_count()
+  load = os.getloadavg()[0]
+  print(f"[train] jax {jax.__version__} on {jax.devices()[0].platform} "
+        f"({cpus} CPUs, 1-min load average {load:.1f}); medians of {repeats}"
+        f"{'; --mallopt' if _MALLOPT.value else ''}")
+  if load > 0.5 * cpus:
+    print("  note: other processes share the CPUs; each ratio divides by a "
+          "roofline measured alongside its step, but the dot loses more to "
+          "them than a step does, so ratios read higher than on a quiet machine")
+  roofline = make_roofline()
+  rate, secs = bench_roofline(roofline, repeats)
+  print(f"  roofline: jnp.dot {ROOFLINE_N}x{ROOFLINE_N} float32, {secs * 1e3:.1f} ms,"
+        f" {rate / 1e9:.1f} GFLOP/s")
+  cases = ([FIXED] if part in ("all", "fixed") else []) + (
+      list(CONFIGS) if part in ("all", "configs") else [])
+  results = [bench_step(case, roofline, repeats, _MIN_BLOCK_S.value)
+             for case in cases]
+  print()
+  print_table(results)
+  for r in results:
+    if r.name == FIXED.name:
+      verdict = "meets" if r.analytic_rate / r.roofline >= TARGET_RATIO else "misses"
+      print(f"\n  fixed size {verdict} the issue's target of {TARGET_RATIO} x "
+            f"roofline on the analytic count: {r.analytic_rate / r.roofline:.3f}"
+            f" ({r.xla_rate / r.roofline:.3f} on XLA's count, which is "
+            f"{(r.xla_flops - r.analytic_flops) / 1e9:.2f} GFLOP/step higher: "
+            f"elementwise work and work the step need not do)")
+  print(f"  total {time.perf_counter() - start:.0f}s")
+
+
+if __name__ == "__main__":
+  app.run(main)
