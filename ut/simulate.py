@@ -9,13 +9,22 @@ UT runs in float32 and float64; the reference is the target run in float64.
 """
 
 import functools
+import os
+import time
+import warnings
 
+from absl import logging
 import jax
 import numpy as np
 
+from ut import bounds
+from ut import compile as compile_lib
+from ut import reports
 from ut import targets as targets_lib
 from ut import transformer
+from ut.constructions import gaussian
 from ut.constructions import sparse
+from ut.errors import UserError
 
 DTYPES = ("float32", "float64")
 
@@ -85,18 +94,6 @@ def check(ut, programs, targets, x_GxBxTxD, *, dtypes=DTYPES):
 
 # ---------------------------------------------------------------------------
 # Experiments driven by configs/simulate.py.
-
-import os  # pylint: disable=g-import-not-at-top,wrong-import-position
-import time  # pylint: disable=g-import-not-at-top,wrong-import-position
-import warnings  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from absl import logging  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-from ut import bounds  # pylint: disable=g-import-not-at-top,wrong-import-position
-from ut import compile as compile_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
-from ut import reports  # pylint: disable=g-import-not-at-top,wrong-import-position
-from ut.constructions import gaussian  # pylint: disable=g-import-not-at-top,wrong-import-position
-from ut.errors import UserError  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _build_sparse(target, *, seed, m, k_u, shared):

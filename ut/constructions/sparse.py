@@ -122,11 +122,6 @@ def level_slices(ut):
 
 
 def route_levels(ut, levels, *, causal, precision=transformer.HIGHEST):
-  """One UT layer (no residual) on per-level arrays; None marks a zero level."""
-  return _route_levels(ut, levels, causal=causal, precision=precision)
-
-
-def _route_levels(ut, levels, *, causal, precision):
   """One UT layer without residual: sum_h A_h Z R_V[h], on per-level arrays.
 
   levels[j]: (B, T, F_j) or None for a level known to be zero (level 0 is never
@@ -162,7 +157,7 @@ def route_layer(ut, z_BxTxM, *, causal, precision=transformer.HIGHEST):
   """One UT attention layer on a flat state: sum_h A_h Z R_V[h], (B, T, m)."""
   offsets = np.cumsum([0] + _level_sizes(ut))
   levels = [z_BxTxM[..., lo:hi] for lo, hi in zip(offsets[:-1], offsets[1:])]
-  new = _route_levels(ut, levels, causal=causal, precision=precision)
+  new = route_levels(ut, levels, causal=causal, precision=precision)
   return jnp.concatenate([jnp.zeros_like(z) if n is None else n
                           for z, n in zip(levels, new)], axis=-1)
 
@@ -181,7 +176,7 @@ def sparse_apply(ut, embed_DxM, x_BxTxD, *, causal, residual, readout=None,
                        precision=precision)
             for lo, hi in zip(offsets[:-1], offsets[1:])]
   for _ in range(ut.num_layers):
-    new = _route_levels(ut, levels, causal=causal, precision=precision)
+    new = route_levels(ut, levels, causal=causal, precision=precision)
     if residual:
       levels = [z if n is None else z + n for z, n in zip(levels, new)]
     else:  # Without residuals the deepest levels empty out, one per layer.
