@@ -155,8 +155,7 @@ def route_levels(ut, levels, *, causal, precision=transformer.HIGHEST):
 
 def route_layer(ut, z_BxTxM, *, causal, precision=transformer.HIGHEST):
   """One UT attention layer on a flat state: sum_h A_h Z R_V[h], (B, T, m)."""
-  offsets = np.cumsum([0] + _level_sizes(ut))
-  levels = [z_BxTxM[..., lo:hi] for lo, hi in zip(offsets[:-1], offsets[1:])]
+  levels = [z_BxTxM[..., s] for s in level_slices(ut)]
   new = route_levels(ut, levels, causal=causal, precision=precision)
   return jnp.concatenate([jnp.zeros_like(z) if n is None else n
                           for z, n in zip(levels, new)], axis=-1)
@@ -171,10 +170,9 @@ def sparse_apply(ut, embed_DxM, x_BxTxD, *, causal, residual, readout=None,
   to be zero is None and is skipped.
   Returns Z_L U (B, T, d), or Z_L U readout when a readout is given.
   """
-  offsets = np.cumsum([0] + _level_sizes(ut))
-  levels = [jnp.einsum("btd,df->btf", x_BxTxD, embed_DxM[:, lo:hi],
+  levels = [jnp.einsum("btd,df->btf", x_BxTxD, embed_DxM[:, s],
                        precision=precision)
-            for lo, hi in zip(offsets[:-1], offsets[1:])]
+            for s in level_slices(ut)]
   for _ in range(ut.num_layers):
     new = route_levels(ut, levels, causal=causal, precision=precision)
     if residual:
