@@ -14,6 +14,7 @@ compile: random-UT compile time (building A, least squares, cond) for N of a
          few thousand.
 """
 
+import functools
 import resource
 import statistics
 import subprocess
@@ -39,14 +40,21 @@ _PART = flags.DEFINE_enum("part", "all", ["all", "ratio", "scale", "compile"],
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).")
 
 
-def median_seconds(fn, repeats):
-  jax.block_until_ready(fn())  # Compile and warm up.
-  times = []
+def median_seconds(fns, repeats):
+  """Median seconds per call of each fn, timed in interleaved rounds.
+
+  Interleaving puts the same machine noise (other tenants, clock changes) on
+  every contender, so that the ratio is stable even when the times are not.
+  """
+  for fn in fns.values():
+    jax.block_until_ready(fn())  # Compile and warm up.
+  times = {name: [] for name in fns}
   for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+    for name, fn in fns.items():
+      start = time.perf_counter()
+      jax.block_until_ready(fn())
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) for name, t in times.items()}
 
 
 def bench_ratio(repeats):
@@ -72,10 +80,10 @@ def bench_ratio(repeats):
   outs = {name: fn(embed) for name, fn in fns.items()}
   rel = float(jnp.abs(outs["structured"][1] - outs["dense"][1]).max()
               / jnp.abs(outs["dense"][1]).max())
-  secs = {name: median_seconds(lambda fn=fn: fn(embed), repeats)
-          for name, fn in fns.items()}
+  secs = median_seconds({name: functools.partial(fn, embed)
+                         for name, fn in fns.items()}, repeats)
   print(f"[ratio] sparse UT H={h} L={num_layers} d={d} m={ut.m} n={n} batch={batch},"
-        f" forward+grad wrt E, median of {repeats}:")
+        f" forward+grad wrt E, median of {repeats} interleaved rounds:")
   print(f"  dense      {secs['dense'] * 1e3:9.2f} ms")
   print(f"  structured {secs['structured'] * 1e3:9.2f} ms")
   print(f"  speed-up (dense / structured): {secs['dense'] / secs['structured']:.1f}x;"

@@ -203,7 +203,8 @@ def _apply_sparse(params, spec, tokens_BxT, precision):
     new = sparse.route_levels(ut, _layer_norm_levels(z) if ln else z,
                               causal=spec.causal, precision=precision)
     if spec.residual:
-      z = [zj if n is None else zj + n for zj, n in zip(z, new)]
+      z = [zj if n is None else zj + sparse.pad_level(n, zj.shape[-1])
+           for zj, n in zip(z, new)]
     else:
       z = new
     if spec.variant == "res_ln_mlp":
@@ -218,7 +219,7 @@ def _apply_sparse(params, spec, tokens_BxT, precision):
   if ln:
     z = _layer_norm_levels(z)
   rows = [params["unembed"][s] for s in sparse.level_slices(ut)]
-  return sum(jnp.einsum("btm,mc->btc", zj, u, precision=precision)
+  return sum(jnp.einsum("btm,mc->btc", zj, u[:zj.shape[-1]], precision=precision)
              for zj, u in zip(z, rows) if zj is not None)
 
 

@@ -121,19 +121,37 @@ def level_slices(ut):
   return [slice(int(lo), int(hi)) for lo, hi in zip(offsets[:-1], offsets[1:])]
 
 
+def _root_attention(ut, level0_BxTxF, *, causal, precision):
+  """A_h for every head from the root blocks: (B, H, T, T)."""
+  h, d = ut.num_heads, ut.width
+  assert level0_BxTxF.shape[-1] == (1 + h) * d, "level 0 lost its query blocks"
+  b, t = level0_BxTxF.shape[:2]
+  q_BxHxTxd = level0_BxTxF[:, :, d:].reshape(b, t, h, d).transpose(0, 2, 1, 3)
+  k_BxHxTxd = jnp.broadcast_to(level0_BxTxF[:, None, :, :d], q_BxHxTxd.shape)
+  return transformer.attention_weights(q_BxHxTxd, k_BxHxTxd, causal=causal,
+                                       precision=precision)
+
+
+def pad_level(z_BxTxF, size):
+  """A level narrowed to its leading roles, padded back with zeros."""
+  if z_BxTxF.shape[-1] == size:
+    return z_BxTxF
+  return jnp.pad(z_BxTxF, ((0, 0), (0, 0), (0, size - z_BxTxF.shape[-1])))
+
+
 def route_levels(ut, levels, *, causal, precision=transformer.HIGHEST):
   """One UT layer without residual: sum_h A_h Z R_V[h], on per-level arrays.
 
-  levels[j]: (B, T, F_j) or None for a level known to be zero (level 0 is never
-  None). Returns the new levels, with None where nothing is routed.
+  levels[j]: (B, T, F_j), or None for a level known to be zero (level 0 is
+  never None). A level may hold only its leading roles, F_j = roles * H^j * d,
+  the rest being known zero: the leaves have no query blocks, so what is routed
+  out of the deepest level is the state role alone, and it is kept that narrow
+  (no zero columns are routed). Returns the new levels, None where nothing is
+  routed.
   """
   h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
   b, t = levels[0].shape[:2]
-  sizes = _level_sizes(ut)
-  q_BxHxTxd = levels[0][:, :, d:].reshape(b, t, h, d).transpose(0, 2, 1, 3)
-  k_BxHxTxd = jnp.broadcast_to(levels[0][:, None, :, :d], q_BxHxTxd.shape)
-  a_BxHxTxT = transformer.attention_weights(q_BxHxTxd, k_BxHxTxd,
-                                            causal=causal, precision=precision)
+  a_BxHxTxT = _root_attention(ut, levels[0], causal=causal, precision=precision)
   new = []
   for j in range(num_layers):
     if levels[j + 1] is None:  # Known zero: nothing to route.
@@ -141,23 +159,42 @@ def route_levels(ut, levels, *, causal, precision=transformer.HIGHEST):
       continue
     # Level j+1, role r, string g.t  ->  level j, role r, string t, via head g.
     # Heads first, so that each head is one (T x T) @ (T x F) matmul.
-    roles = level_roles(h, num_layers, j + 1)
+    roles = levels[j + 1].shape[-1] // (h**(j + 1) * d)
     src_BxHxTxF = (levels[j + 1].reshape(b, t, roles, h, h**j * d)
                    .transpose(0, 3, 1, 2, 4).reshape(b, h, t, -1))
-    routed = jnp.einsum("bgts,bgsf->btf", a_BxHxTxT, src_BxHxTxF,
-                        precision=precision)
-    if routed.shape[-1] < sizes[j]:  # Query leaves at level L-1 get nothing.
-      routed = jnp.pad(routed, ((0, 0), (0, 0), (0, sizes[j] - routed.shape[-1])))
-    new.append(routed)
+    new.append(jnp.einsum("bgts,bgsf->btf", a_BxHxTxT, src_BxHxTxF,
+                          precision=precision))
   new.append(None)  # Leaves receive nothing.
   return new
+
+
+def _first_layer(ut, embed_DxM, x_BxTxD, *, causal, precision):
+  """Layer 1 without residual, from X and E; returns (level 0 of X E, new levels).
+
+  Values are linear in X, so sum_g A_g (X E_{g.t}) = sum_g (A_g X) E_{g.t}: one
+  (B T, H d) @ (H d, m') matmul, and the (B, T, m) embedding is never built.
+  """
+  h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
+  b, t = x_BxTxD.shape[:2]
+  e_levels = [embed_DxM[:, s] for s in level_slices(ut)]
+  level0 = jnp.einsum("btd,df->btf", x_BxTxD, e_levels[0], precision=precision)
+  a_BxHxTxT = _root_attention(ut, level0, causal=causal, precision=precision)
+  ax_BxTxHd = jnp.einsum("bgts,bsd->btgd", a_BxHxTxT, x_BxTxD,
+                         precision=precision).reshape(b, t, h * d)
+  # Rows (g, d), columns level j's (role, t) for the children (role, g.t).
+  w = [e.reshape(d, -1, h, h**j * d).transpose(2, 0, 1, 3).reshape(h * d, -1)
+       for j, e in enumerate(e_levels[1:])]
+  routed = jnp.einsum("btk,kf->btf", ax_BxTxHd, jnp.concatenate(w, axis=1),
+                      precision=precision)
+  offsets = np.cumsum([0] + [wj.shape[1] for wj in w])
+  return level0, [routed[..., lo:hi] for lo, hi in zip(offsets[:-1], offsets[1:])] + [None]
 
 
 def route_layer(ut, z_BxTxM, *, causal, precision=transformer.HIGHEST):
   """One UT attention layer on a flat state: sum_h A_h Z R_V[h], (B, T, m)."""
   levels = [z_BxTxM[..., s] for s in level_slices(ut)]
   new = route_levels(ut, levels, causal=causal, precision=precision)
-  return jnp.concatenate([jnp.zeros_like(z) if n is None else n
+  return jnp.concatenate([jnp.zeros_like(z) if n is None else pad_level(n, z.shape[-1])
                           for z, n in zip(levels, new)], axis=-1)
 
 
@@ -166,17 +203,23 @@ def sparse_apply(ut, embed_DxM, x_BxTxD, *, causal, residual, readout=None,
   """UT(X, E) by block routing: O(B T m) data movement plus O(B T^2 m) attention.
 
   The state is kept as one array per level, (B, T, F_j) with F_j = roles * H^j * d,
-  so that no m-wide array is ever sliced, padded or concatenated; a level known
-  to be zero is None and is skipped.
+  so that no m-wide activation is ever sliced or concatenated; a level known
+  to be zero is None and is skipped, and the first layer never builds X E
+  (`_first_layer`).
   Returns Z_L U (B, T, d), or Z_L U readout when a readout is given.
   """
-  levels = [jnp.einsum("btd,df->btf", x_BxTxD, embed_DxM[:, s],
-                       precision=precision)
-            for s in level_slices(ut)]
-  for _ in range(ut.num_layers):
-    new = route_levels(ut, levels, causal=causal, precision=precision)
+  level0, new = _first_layer(ut, embed_DxM, x_BxTxD, causal=causal,
+                             precision=precision)
+  if residual:
+    levels = [level0] + [jnp.einsum("btd,df->btf", x_BxTxD, embed_DxM[:, s],
+                                    precision=precision)
+                         for s in level_slices(ut)[1:]]
+  for layer in range(ut.num_layers):
+    if layer:
+      new = route_levels(ut, levels, causal=causal, precision=precision)
     if residual:
-      levels = [z if n is None else z + n for z, n in zip(levels, new)]
+      levels = [z if n is None else z + pad_level(n, z.shape[-1])
+                for z, n in zip(levels, new)]
     else:  # Without residuals the deepest levels empty out, one per layer.
       levels = new
   y = levels[0][:, :, :ut.width]
