@@ -4,11 +4,16 @@ Runs the config file's sweep(add) grid, batching runs that share shapes over
 all devices, skipping runs already finished in W, and writes W/table.{csv,json,md}.
 """
 
+import subprocess
+import sys
+import time
+
 from absl import flags
 import jax
 
 from launch import cli
 from ut import sweep
+from ut.errors import UserError
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file with sweep(add).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep folder.")
@@ -18,14 +23,47 @@ _AGGREGATE_ONLY = flags.DEFINE_bool(
     "aggregate_only", False, "Train nothing: tabulate the finished runs.")
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False,
                                  "Call jax.distributed.initialize() (multi-host).")
+_WORKERS = flags.DEFINE_integer(
+    "workers", 1, "CPU only: train in this many single-threaded processes, "
+    "each taking every workers-th shape group; e.g. the number of cores.")
+_WORKER_INDEX = flags.DEFINE_integer("worker_index", None,
+                                     "Set by --workers for its child processes.")
+
+
+def run_workers(count):
+  """Starts `count` worker processes and waits for all; fails if one failed."""
+  procs = []
+  for i in range(count):
+    argv, env = sweep.worker_command(sys.argv, i, count)
+    procs.append(subprocess.Popen(argv, env=env))
+  codes = [p.wait() for p in procs]
+  failed = [i for i, c in enumerate(codes) if c]
+  if failed:
+    raise UserError(f"sweep worker(s) {failed} exited with {codes}; their "
+                    "finished runs are kept, rerun the same command to resume")
 
 
 def main(argv):
   del argv
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
+  started = time.time()
+  workers = _WORKERS.value
+  if workers < 1:
+    raise UserError(f"--workers={workers}; use 1 or more")
+  if workers > 1 and _WORKER_INDEX.value is None:
+    if jax.default_backend() != "cpu" or _DISTRIBUTED.value:
+      raise UserError("--workers is for CPU hosts; on GPU/TPU or multi-host a "
+                      "sweep shards each group over the devices instead")
+    if not _AGGREGATE_ONLY.value:
+      run_workers(workers)
+  elif _WORKER_INDEX.value is not None:
+    sweep.run_sweep(_CONFIG.value, _WORKDIR.value, _BATCHING.value,
+                    worker=(_WORKER_INDEX.value, workers))
+    return
   rows = sweep.run_sweep(_CONFIG.value, _WORKDIR.value, _BATCHING.value,
-                         _AGGREGATE_ONLY.value)
+                         aggregate_only=_AGGREGATE_ONLY.value or workers > 1,
+                         started=started)
   print(sweep.markdown_table(rows))
   print(f"wrote {_WORKDIR.value}/table.csv, .json and .md")
 

@@ -1,5 +1,6 @@
 """Tiny sweeps for tests: 4 seeds x 2 learning rates of the Dyck smoke config;
-with the argument `sparse`, 3 seeds of the sparse UT with res_ln_mlp."""
+with the argument `sparse`, 3 seeds of the sparse UT with res_ln_mlp; with
+`kinds`, 2 seeds of each model kind (3 shape groups)."""
 
 from configs import dyck
 
@@ -7,6 +8,11 @@ get_config = dyck.get_config
 
 
 def sweep(add, arg=None):
+  if arg == "kinds":
+    for kind in ("sparse", "random", "trained"):
+      for seed in range(2):
+        add(f"model={kind},smoke,seed={seed}")
+    return
   if arg == "sparse":
     for seed in range(3):
       add(f"model=sparse,variant=res_ln_mlp,smoke,seed={seed}")

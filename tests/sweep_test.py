@@ -8,6 +8,7 @@ import sys
 from absl.testing import absltest
 import numpy as np
 
+from tests import cli_helpers
 from tests import sweep_config
 from ut import sweep
 from ut import train
@@ -83,6 +84,29 @@ class SweepTest(absltest.TestCase):
     for n, mtime in others.items():
       self.assertEqual(os.path.getmtime(os.path.join(tmp, "runs", n,
                                                      "metrics.json")), mtime)
+
+  def test_workers_share_the_groups(self):
+    tmp = self.create_tempdir().full_path
+    proc = run_sweep_cli(tmp, 1, "kinds", "--workers=2")
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    self.assertIn("worker 0 of 2: 2 of 3 shape groups", proc.stderr)
+    self.assertIn("worker 1 of 2: 1 of 3 shape groups", proc.stderr)
+    with open(os.path.join(tmp, "table.json")) as f:
+      table = json.load(f)
+    self.assertEqual(table["missing_runs"], [])
+    self.assertEqual(sorted(r["kind"] for r in table["rows"]),
+                     ["random", "sparse", "trained"])
+    for name, config in sweep.collect_runs(sweep_config, "kinds"):
+      with open(os.path.join(tmp, "runs", name, "metrics.json")) as f:
+        got = json.load(f)
+      want = train.train_and_evaluate(config, os.path.join(tmp, "single", name))
+      np.testing.assert_allclose(got["eval_loss"], want["eval_loss"], rtol=1e-4,
+                                 err_msg=name)
+
+  def test_workers_must_be_positive(self):
+    proc = run_sweep_cli(self.create_tempdir().full_path, 1, "kinds",
+                         "--workers=0")
+    cli_helpers.assert_one_line_error(self, proc, r"--workers=0; use 1 or more")
 
 
 if __name__ == "__main__":

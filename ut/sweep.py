@@ -30,6 +30,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 
 from absl import logging
@@ -172,10 +173,15 @@ def use_vmap(batching):
   return batching == "vmap"
 
 
-def run_sweep(config_path, workdir, batching="auto", aggregate_only=False):
+def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
+              worker=None, started=None):
   """Runs every unfinished run of the config's sweep; returns the aggregate rows.
 
   aggregate_only: train nothing; tabulate the finished runs and name the rest.
+  worker: (index, count) to train only shape groups index, index + count, ...
+    and write no table (one of `count` worker processes, see `worker_command`);
+    returns None.
+  started: time.time() at which the sweep began (for the table's wall time).
   """
   module = load_config_module(config_path)
   arg = config_path.split(":", 1)[1] if ":" in config_path else None
@@ -186,11 +192,17 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False):
   todo = sum(1 for name, _ in runs if not _done(workdir, name))
   logging.info("%d runs in %d shape groups; %d to do, %d device(s)", len(runs),
                len(groups), todo, jax.device_count())
-  sweep_start = time.perf_counter()
+  started = time.time() if started is None else started
+  if worker is not None:
+    mine = list(groups)[worker[0]::worker[1]]
+    logging.info("worker %d of %d: %d of %d shape groups", worker[0], worker[1],
+                 len(mine), len(groups))
   vmapped = use_vmap(batching)
   logging.info("batching: %s", "vmapped groups over a device mesh" if vmapped
                else "one run after another (single CPU device)")
-  for members in groups.values():
+  for index, members in enumerate(groups.values()):
+    if worker is not None and index % worker[1] != worker[0]:
+      continue
     pending = [(n, c) for n, c in members if not _done(workdir, n)]
     if not pending or aggregate_only:
       continue
@@ -213,6 +225,8 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False):
     logging.info("group done in %.1fs: %s", seconds,
                  ", ".join(f"{n}: {r['eval_accuracy']:.4f}"
                            for (n, _), r in zip(pending, results)))
+  if worker is not None:
+    return None
   finished = [n for n, _ in runs if _done(workdir, n)]
   missing = [n for n, _ in runs if not _done(workdir, n)]
   if not finished:
@@ -220,7 +234,7 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False):
   rows = aggregate(workdir, finished)
   if jax.process_index() == 0:
     write_table(workdir, rows, dict(config=config_path,
-                                    wall_seconds=time.perf_counter() - sweep_start,
+                                    wall_seconds=time.time() - started,
                                     total_run_seconds=_total_seconds(workdir,
                                                                      finished),
                                     missing_runs=missing,
@@ -229,6 +243,21 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False):
     logging.warning("%d of %d runs are not finished and not in the table",
                     len(missing), len(runs))
   return rows
+
+
+def worker_command(argv, index, count):
+  """(argv, env) of worker process `index` of `count` for a sweep on CPU.
+
+  Small models leave most of a CPU core idle between XLA's ops, so on a CPU
+  host several single-threaded sweep processes, each taking every count-th
+  shape group, finish a table sooner than one process (measured in README).
+  """
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                      " --xla_cpu_multi_thread_eigen=false").strip()
+  args = [a for a in argv[1:] if not a.startswith(("--workers", "--worker_index"))]
+  return ([sys.executable, "-m", "launch.sweep", *args, f"--workers={count}",
+           f"--worker_index={index}"], env)
 
 
 def _total_seconds(workdir, names):
