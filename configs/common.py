@@ -63,6 +63,10 @@ def base_config(kind, variant, seed):
       kind=kind, variant=variant, num_heads=2, num_layers=2, width=16, m=256,
       head_width=32, mlp_ratio=1, causal=True, ut_seed=0, shared=False))
   config.model.update(MODEL_DEFAULTS[kind])
+  # '' trains the model; 'sparse' or 'random' (a trained attn model only):
+  # compile the trained model into that fixed UT and report the UT, with no
+  # gradient step on it (ut/compiled.py; used for the tables' compiled rows).
+  config.compiled = ""
   config.train = ml_collections.ConfigDict(dict(
       steps=2000, batch_size=128, lr=LEARNING_RATES[kind], warmup_steps=100,
       final_lr_frac=0.01, weight_decay=0.0, grad_clip=1.0, log_every=100, checkpoint_every=500))

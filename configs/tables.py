@@ -1,6 +1,9 @@
 """Shared grid parsing for the paper-table sweeps (configs/*_table.py).
 
 Grid arguments use '+' between values, e.g. `kinds=sparse+random,seeds=3`.
+With the trained attention-only model in the grid, each of its runs also gets
+two compiled-UT runs (sparse and random, `compiled=false` drops them): the
+trained model compiled into a fixed UT and evaluated with no gradient step.
 """
 
 from configs import common
@@ -11,7 +14,7 @@ VARIANTS = "attn+res_ln+res_ln_mlp"
 
 def parse_grid(arg, **extra):
   args = common.parse_arg(arg, dict(kinds=KINDS, variants=VARIANTS, seeds=3,
-                                    smoke=False, **extra))
+                                    compiled=True, smoke=False, **extra))
   for key in ("kinds", "variants"):
     args[key] = args[key].split("+")
   return args
@@ -23,5 +26,10 @@ def add_grid(add, args, axis, values):
     for kind in args["kinds"]:
       for variant in args["variants"]:
         for seed in range(args["seeds"]):
-          add(f"model={kind},variant={variant},{axis}={value},seed={seed}"
-              + (",smoke" if args["smoke"] else ""))
+          run = (f"model={kind},variant={variant},{axis}={value},seed={seed}"
+                 + (",smoke" if args["smoke"] else ""))
+          add(run)
+          if args["compiled"] and (kind, variant) == ("trained", "attn"):
+            # Compiled-UT rows: this trained model compiled into fixed UTs.
+            for construction in ("sparse", "random"):
+              add(run, compiled=construction)

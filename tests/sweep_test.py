@@ -103,6 +103,29 @@ class SweepTest(absltest.TestCase):
       np.testing.assert_allclose(got["eval_loss"], want["eval_loss"], rtol=1e-4,
                                  err_msg=name)
 
+  def test_compiled_rows_reuse_the_trained_run(self):
+    tmp = self.create_tempdir().full_path
+    config = (os.path.join(ROOT, "configs", "dyck_table.py") +
+              ":smoke,kinds=trained,variants=attn,seeds=2,mixes=hard")
+    proc = subprocess.run(
+        [sys.executable, "-m", "launch.sweep", f"--config={config}",
+         f"--workdir={tmp}"], cwd=ROOT, capture_output=True, text=True,
+        timeout=600, check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    with open(os.path.join(tmp, "table.json")) as f:
+      rows = {r["kind"]: r for r in json.load(f)["rows"]}
+    self.assertEqual(sorted(rows), ["compiled_random", "compiled_sparse", "trained"])
+    for kind in ("compiled_random", "compiled_sparse"):
+      self.assertGreaterEqual(rows[kind]["agreement_min"], 0.999)
+      for name in rows[kind]["runs"].split(";"):
+        with open(os.path.join(tmp, "runs", name, "metrics.json")) as f:
+          got = json.load(f)
+        target = name.replace(f"_compiled={kind.split('_')[1]}", "")
+        self.assertEqual(got["target_dir"], os.path.join(tmp, "runs", target))
+        with open(os.path.join(tmp, "runs", target, "metrics.json")) as f:
+          self.assertEqual(got["target_accuracy"], json.load(f)["eval_accuracy"])
+        self.assertFalse(os.path.exists(os.path.join(tmp, "runs", name, "target")))
+
   def test_workers_must_be_positive(self):
     proc = run_sweep_cli(self.create_tempdir().full_path, 1, "kinds",
                          "--workers=0")

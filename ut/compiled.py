@@ -100,6 +100,43 @@ def compare(target_preds, ut_preds, batches):
               agreement=float(np.mean(tp == up)), num_scored=int(mask.sum()))
 
 
+def _row(params, spec, batches, target_preds, construction, m_factor, seed):
+  ut_params, ut_spec, creport = compile_model(params, spec, construction,
+                                              m_factor=m_factor, seed=seed)
+  row = dict(construction=construction, m=ut_spec.model_width,
+             N=bounds.random_threshold(spec.num_heads, spec.num_layers,
+                                       spec.width),
+             cond=None if construction == "sparse" else creport.cond,
+             **compare(target_preds, predictions(ut_params, ut_spec, batches),
+                       batches))
+  logging.info("%s UT (m=%d): target acc %.4f, UT acc %.4f, agreement %.5f",
+               construction, row["m"], row["target_accuracy"],
+               row["ut_accuracy"], row["agreement"])
+  return row
+
+
+def sweep_run(config, target_dir):
+  """One compiled-UT row of a sweep table: config.compiled names the UT.
+
+  The target is config with `compiled` cleared, trained in target_dir (or
+  restored from it when its training finished there before). Returns the
+  sweep's metrics: eval_accuracy is the UT's, next to the target's accuracy and
+  the share of identical predictions.
+  """
+  target_config = config.copy_and_resolve_references()
+  target_config.compiled = ""
+  done = os.path.exists(os.path.join(target_dir, "metrics.json"))
+  if not done:
+    train.train_and_evaluate(target_config, target_dir)
+  params, spec, tconfig, task, step = train.restore_params(target_dir)
+  batches = train.eval_batches(tconfig, task)
+  row = _row(params, spec, batches, predictions(params, spec, batches),
+             config.compiled, 1.25, config.model.ut_seed)
+  return dict(row, step=step, eval_accuracy=row["ut_accuracy"], task=config.task,
+              kind=f"compiled_{config.compiled}", variant=spec.variant,
+              model_width=row["m"], target_dir=target_dir)
+
+
 def run(config, workdir):
   """Trains (or resumes) the target, compiles it into each UT, evaluates, reports."""
   target_dir = os.path.join(workdir, "target")
@@ -112,18 +149,8 @@ def run(config, workdir):
   target_preds = predictions(params, spec, batches)
   rows = []
   for construction in config.constructions:
-    ut_params, ut_spec, creport = compile_model(
-        params, spec, construction, m_factor=config.m_factor, seed=config.ut_seed)
-    row = dict(construction=construction, m=ut_spec.model_width,
-               N=bounds.random_threshold(spec.num_heads, spec.num_layers,
-                                         spec.width),
-               cond=None if construction == "sparse" else creport.cond,
-               **compare(target_preds, predictions(ut_params, ut_spec, batches),
-                         batches))
-    logging.info("%s UT (m=%d): target acc %.4f, UT acc %.4f, agreement %.5f",
-                 construction, row["m"], row["target_accuracy"],
-                 row["ut_accuracy"], row["agreement"])
-    rows.append(row)
+    rows.append(_row(params, spec, batches, target_preds, construction,
+                     config.m_factor, config.ut_seed))
   result = dict(rows=rows, target_step=step, task=tconfig.task,
                 target_width=spec.width, heads=spec.num_heads,
                 layers=spec.num_layers, provenance=reports.provenance(config))

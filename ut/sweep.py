@@ -39,12 +39,15 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
+from ut import compiled
 from ut import data as data_lib
 from ut import reports
 from ut import train
 from ut.errors import UserError
 
 BATCHED_KEYS = ("seed", "train.lr", "model.ut_seed")
+# Compiled-UT runs join the group of the model they compile, after it trains.
+GROUPED_KEYS = BATCHED_KEYS + ("compiled",)
 
 
 def load_config_module(path):
@@ -97,7 +100,7 @@ def collect_runs(module, arg=None):
 def group_key(config):
   """Runs with equal keys share every shape and can be vmapped together."""
   c = json.loads(config.to_json_best_effort())
-  for dotted in BATCHED_KEYS:
+  for dotted in GROUPED_KEYS:
     *parents, leaf = dotted.split(".")
     node = c
     for p in parents:
@@ -207,11 +210,15 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     if not pending or aggregate_only:
       continue
     start = time.perf_counter()
-    if vmapped:
-      results = train_group([c for _, c in pending])
+    plain = [(n, c) for n, c in pending if not c.get("compiled")]
+    compiled_runs = [(n, c) for n, c in pending if c.get("compiled")]
+    pending = plain + compiled_runs
+    if vmapped and plain:
+      results = train_group([c for _, c in plain])
     else:  # Each run is a plain training run, checkpointed in its own folder.
-      results = [train.train_and_evaluate(c, os.path.dirname(
-          _metrics_path(workdir, n))) for n, c in pending]
+      results = [train.train_and_evaluate(c, _run_dir(workdir, n)) for n, c in plain]
+    results += [compiled.sweep_run(c, _target_dir(workdir, n, c, members))
+                for n, c in compiled_runs]
     seconds = time.perf_counter() - start
     for (name, config), result in zip(pending, results):
       result.update(name=name, seed=config.seed, lr=config.train.lr,
@@ -272,8 +279,26 @@ def _total_seconds(workdir, names):
   return total
 
 
+def _run_dir(workdir, name):
+  return os.path.join(workdir, "runs", name)
+
+
 def _metrics_path(workdir, name):
-  return os.path.join(workdir, "runs", name, "metrics.json")
+  return os.path.join(_run_dir(workdir, name), "metrics.json")
+
+
+def _target_dir(workdir, name, config, members):
+  """Where a compiled run's target trains: the sweep's own run of it, if that
+  run finished training with checkpoints here (one by one, not vmapped), else
+  a folder of its own."""
+  target = config.copy_and_resolve_references()
+  target.compiled = ""
+  for n, c in members:
+    if (c.to_json_best_effort() == target.to_json_best_effort()
+        and os.path.exists(_metrics_path(workdir, n))
+        and os.path.isdir(os.path.join(_run_dir(workdir, n), "checkpoints"))):
+      return _run_dir(workdir, n)
+  return os.path.join(_run_dir(workdir, name), "target")
 
 
 def _done(workdir, name):
@@ -306,6 +331,9 @@ def aggregate(workdir, names):
         lr=c["train"]["lr"], seeds=len(results),
         accuracy_mean=float(acc.mean()),
         accuracy_std=float(acc.std(ddof=1)) if len(acc) > 1 else math.nan,
+        # Compiled-UT rows: the lowest share of predictions equal to the target's.
+        agreement_min=min((r["agreement"] for r in results if "agreement" in r),
+                          default=None),
         runs=";".join(sorted(r["name"] for r in results))))
   return rows
 
@@ -322,4 +350,6 @@ def markdown_table(rows):
   for r in shown:
     r["accuracy"] = (f"{100 * r.pop('accuracy_mean'):.2f} ± "
                      f"{100 * r.pop('accuracy_std'):.2f}")
+    agreement = r.pop("agreement_min")
+    r["agreement (min)"] = "" if agreement is None else f"{100 * agreement:.2f}"
   return reports.format_table(shown)

@@ -1,0 +1,356 @@
+"""The width threshold of random universal transformers (DESIGN §4, §5).
+
+Shape glossary: G targets per point, B inputs per target, T tokens, d target
+width, m UT width, N number of linear conditions, L layers, H heads.
+
+For each target class (H, L, d) and each width m of a grid around N, a generic
+target (`targets.init`) is compiled into a per-layer Gaussian UT of width m by
+`compile.compile_random` (float64 least squares) and checked by `simulate.check`
+on random inputs. Below N the least-squares E misses some conditions and the
+error is O(0.1..1); from m = N on it is rounding (about 1e-13): a sharp
+threshold. The paper proves that random UTs are universal almost surely at
+m >= N and that attention-matching simulation needs m >= H^L / 2 (Theorem 4.1);
+this plot goes beyond it.
+
+`attention_maps` gives the per-layer attention matrices of a target or of a
+dense UT with its program; `attention_comparison` and `plot_attention` set the
+target's beside those of the sparse UT and of random UTs compiled from it.
+"""
+
+import json
+import math
+import os
+import time
+import warnings
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+from matplotlib import colors
+from matplotlib import figure as figure_lib
+from matplotlib import transforms
+from matplotlib.backends import backend_agg
+import numpy as np
+
+from ut import bounds
+from ut import compile as compile_lib
+from ut import reports
+from ut import simulate
+from ut import targets as targets_lib
+from ut import transformer
+from ut.constructions import gaussian
+from ut.constructions import sparse
+from ut.errors import UserError
+
+OUTPUTS = ("threshold.csv", "threshold.json", "threshold.png")
+SUMMARY_POINTS = (("N-1", lambda n: n - 1), ("N", lambda n: n),
+                  ("1.25N", lambda n: math.ceil(1.25 * n)))
+
+
+def widths(num_heads, num_layers, width, ratios):
+  """The m grid of a row: ceil(r N) for every ratio, N - 1, N and ceil(H^L / 2)."""
+  n = bounds.random_threshold(num_heads, num_layers, width)
+  ms = {math.ceil(r * n) for r in ratios} | {n - 1, n}
+  lower = bounds.lower_bound(num_heads, num_layers)
+  if lower >= 1:
+    ms.add(math.ceil(lower))
+  return sorted(m for m in ms if m >= 1)
+
+
+def random_targets(num_heads, num_layers, width, *, num, seed, causal=True):
+  """`num` generic float64 targets from `targets.init`, keys fold_in(seed, i)."""
+  key = jax.random.PRNGKey(seed)
+  return [targets_lib.init(jax.random.fold_in(key, i), num_heads=num_heads,
+                           num_layers=num_layers, width=width,
+                           causal=causal).astype(np.float64)
+          for i in range(num)]
+
+
+def pad_width(ut, programs, width):
+  """A dense UT and its programs zero-padded from width m to `width` >= m.
+
+  The padded columns of Z stay zero in every layer, so the output is unchanged;
+  one jitted forward then serves every m of a row (no recompile per m).
+  """
+  m = ut["wq"].shape[-2]
+  pad = lambda a, axes: np.pad(a, [(0, width - m) if i in axes else (0, 0)
+                                   for i in range(a.ndim)])
+  padded = dict(wq=pad(ut["wq"], {2}), wk=pad(ut["wk"], {2}),
+                wv=pad(ut["wv"], {2, 3}), unembed=pad(ut["unembed"], {0}))
+  return padded, [dict(p, embed=pad(p["embed"], {1})) for p in programs]
+
+
+def point(targets, x_GxBxTxD, m, *, seed, padded_width=None):
+  """Compiles G targets into one Gaussian UT of width m; errors per target.
+
+  Returns dict(rel_errs, cond, residual), lists of G: the float64 max relative
+  error of UT against target, cond(A) and the least-squares residual.
+  padded_width (>= m): run the check on the UT zero-padded to that width.
+  """
+  first = targets[0]
+  ut = gaussian.make_gaussian_ut(first.num_heads, first.num_layers, m,
+                                 first.width, seed)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # Below N the fit is inexact by design.
+    built = [compile_lib.compile_random(ut, t) for t in targets]
+  programs = [b[0] for b in built]
+  if padded_width is not None:
+    ut, programs = pad_width(ut, programs, padded_width)
+  result = simulate.check(ut, simulate.stack(programs),
+                          simulate.stack(targets), x_GxBxTxD,
+                          dtypes=("float64",))
+  y, ref = result["float64"]["output"], result["reference"]
+  rel = [simulate.errors(y[g], ref[g])[1] for g in range(len(targets))]
+  return dict(rel_errs=rel, cond=[b[1].cond for b in built],
+              residual=[b[1].rel_residual for b in built])
+
+
+def sweep_row(num_heads, num_layers, width, config):
+  """Rows (one per m) of the threshold curve of one target class."""
+  targets_lib.check_positive(H=num_heads, L=num_layers, d=width)
+  n = bounds.random_threshold(num_heads, num_layers, width)
+  lower = bounds.lower_bound(num_heads, num_layers)
+  targets = random_targets(num_heads, num_layers, width,
+                           num=config.num_targets, seed=config.seed,
+                           causal=config.causal)
+  rng = np.random.default_rng(config.seed)
+  x = rng.standard_normal((config.num_targets, config.batch, config.seq_len,
+                           width))
+  rows = []
+  ms = widths(num_heads, num_layers, width, config.ratios)
+  for m in ms:
+    start = time.perf_counter()
+    p = point(targets, x, m, seed=config.seed, padded_width=max(ms))
+    rows.append({
+        "H": num_heads, "L": num_layers, "d": width, "N": n,
+        "lower_bound": lower,
+        "sparse_m": bounds.sparse_width(num_heads, num_layers, width),
+        "m": m, "m_over_N": m / n,
+        "median_rel_err": float(np.median(p["rel_errs"])),
+        "max_rel_err": float(np.max(p["rel_errs"])),
+        "min_rel_err": float(np.min(p["rel_errs"])),
+        "median_cond": float(np.median(p["cond"])),
+        "max_lstsq_residual": float(np.max(p["residual"])),
+        "seconds": time.perf_counter() - start})
+  return rows
+
+
+def _classes(rows):
+  """Rows grouped by (H, L, d), in first-seen order, each sorted by m."""
+  keys = dict.fromkeys((r["H"], r["L"], r["d"]) for r in rows)
+  return {k: sorted((r for r in rows if (r["H"], r["L"], r["d"]) == k),
+                    key=lambda r: r["m"]) for k in keys}
+
+
+def summary(rows):
+  """Per (H, L, d): the median and max relative error at N - 1, N and 1.25 N."""
+  out = []
+  for key, row_rows in _classes(rows).items():
+    n = row_rows[0]["N"]
+    entry = dict(zip(("H", "L", "d"), key), N=n,
+                 lower_bound=row_rows[0]["lower_bound"])
+    by_m = {r["m"]: r for r in row_rows}
+    for name, fn in SUMMARY_POINTS:
+      r = by_m.get(fn(n))
+      entry[f"median_at_{name}"] = None if r is None else r["median_rel_err"]
+      entry[f"max_at_{name}"] = None if r is None else r["max_rel_err"]
+    out.append(entry)
+  return out
+
+
+def _save(fig, path):
+  """Writes a PNG atomically (tmp file + rename); no-op without a path."""
+  if path is not None:
+    tmp = path + ".tmp"
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, path)
+
+
+def plot(rows, path=None):
+  """The threshold figure; returns the matplotlib Figure (and saves a PNG).
+
+  Left: error (log) against m / N, one line per (H, L, d), median over targets
+  with a min..max band; the dashed line is m = N. Right: the same against m on
+  a log axis, where each class's N (dashed) and lower bound H^L / 2 (triangle on
+  the x axis; H >= 2 only, it is trivial for H = 1) are apart enough to read.
+  """
+  fig = figure_lib.Figure(figsize=(13, 5), dpi=110)
+  backend_agg.FigureCanvasAgg(fig)
+  left, right = fig.subplots(1, 2)
+  floor = np.finfo(np.float64).eps  # Exact zeros cannot go on a log axis.
+  for i, ((h, num_layers, d), sel) in enumerate(_classes(rows).items()):
+    color, n, lb = f"C{i % 10}", sel[0]["N"], sel[0]["lower_bound"]
+    med, lo, hi = ([max(r[k], floor) for r in sel] for k in
+                   ("median_rel_err", "min_rel_err", "max_rel_err"))
+    for ax, x in ((left, [r["m_over_N"] for r in sel]),
+                  (right, [r["m"] for r in sel])):
+      ax.plot(x, med, "o-", ms=3, color=color,
+              label=f"H={h}, L={num_layers}, d={d}: N={n}, H^L/2={lb:g}")
+      ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
+    right.axvline(n, color=color, ls="--", lw=1)
+    if h >= 2:
+      on_axis = transforms.blended_transform_factory(right.transData,
+                                                     right.transAxes)
+      right.plot([lb], [0], "v", color=color, ms=10, clip_on=False,
+                 transform=on_axis, markeredgecolor="k", markeredgewidth=0.5)
+  left.axvline(1.0, color="k", ls="--", lw=1)
+  left.text(1.01, 1e-8, "m = N", ha="left", va="center")
+  left.set_xlim(left=0)
+  left.set_xlabel("UT width m / N   (N = number of linear conditions on E)")
+  left.set_title("error against m / N: the threshold is sharp at m = N")
+  right.plot([], [], "v", color="gray", markeredgecolor="k",
+             markeredgewidth=0.5, ls="", label="lower bound H^L/2 (Thm 4.1)")
+  right.plot([], [], "k--", lw=1, label="m = N of each class")
+  right.set_xscale("log")
+  right.set_xlabel("UT width m (log)")
+  right.set_title("against m: lower bound H^L/2 far below N")
+  for ax in (left, right):
+    ax.set_yscale("log")
+    ax.set_ylabel("max relative error |UT - T| / |T|  (float64)")
+    ax.grid(True, which="major", alpha=0.3)
+  left.legend(fontsize=8, loc="center left")
+  right.legend(fontsize=8, loc="center left")
+  fig.suptitle("Random per-layer Gaussian UT compiled by least squares: "
+               "line = median over targets, band = min..max")
+  fig.tight_layout()
+  _save(fig, path)
+  return fig
+
+
+def _check_config(config):
+  for entry in config.grid:
+    if len(entry) != 3:
+      raise UserError(f"grid entry {entry!r} must be (H, L, d)")
+    targets_lib.check_positive(H=entry[0], L=entry[1], d=entry[2])
+  if not config.ratios or any(not r > 0 for r in config.ratios):
+    raise UserError(f"ratios={tuple(config.ratios)!r} must be positive m/N "
+                    f"values, e.g. (0.5, 1.0, 1.25)")
+  targets_lib.check_positive(num_targets=config.num_targets,
+                             batch=config.batch, seq_len=config.seq_len)
+
+
+def run(config, workdir):
+  """The threshold experiment over config.grid; writes CSV, JSON and PNG.
+
+  Returns (rows, summary rows).
+  """
+  _check_config(config)
+  paths = [os.path.join(workdir, name) for name in OUTPUTS]
+  reports.refuse_existing(paths, config.overwrite)
+  start = time.perf_counter()
+  rows = []
+  for i, (h, num_layers, d) in enumerate(config.grid):
+    rows.extend(sweep_row(h, num_layers, d, config))
+    logging.info("row %d/%d (H=%d, L=%d, d=%d) done after %.1fs", i + 1,
+                 len(config.grid), h, num_layers, d, time.perf_counter() - start)
+  summ = summary(rows)
+  os.makedirs(workdir, exist_ok=True)
+  reports.write_csv(paths[0], rows)
+  plot(rows, paths[2])
+  reports.write_json(paths[1], {
+      "rows": rows, "summary": summ, "seed": config.seed,
+      "wall_seconds": time.perf_counter() - start,
+      "provenance": reports.provenance(config)})
+  return rows, summ
+
+
+def load(workdir):
+  """Rows and summary of an earlier `run` (threshold.json)."""
+  with open(os.path.join(workdir, "threshold.json")) as f:
+    data = json.load(f)
+  return data["rows"], data["summary"]
+
+
+def attention_maps(params, x_BxTxD, *, num_layers, causal, residual=False):
+  """Attention matrices of every layer and head: (L, B, H, T, T).
+
+  params as for `transformer.forward`: a target's wq, wk, wv, wo, or a dense
+  UT's wq, wk, wv (no wo: V = W) with its program's `embed`. The layers are
+  advanced with `transformer.attention_layer`; the maps come from
+  `transformer.attention_weights`.
+  """
+  x = jnp.asarray(x_BxTxD)
+  if params.get("embed") is not None:
+    x = jnp.einsum("btd,dw->btw", x, params["embed"],
+                   precision=transformer.HIGHEST)
+  maps = []
+  for layer in range(num_layers):
+    wq, wk, wv, wo = transformer.layer_params(params, layer)
+    q_BxHxTxK = jnp.einsum("btw,hwk->bhtk", x, wq, precision=transformer.HIGHEST)
+    k_BxHxTxK = jnp.einsum("btw,hwk->bhtk", x, wk, precision=transformer.HIGHEST)
+    maps.append(transformer.attention_weights(q_BxHxTxK, k_BxHxTxK,
+                                              causal=causal))
+    out = transformer.attention_layer(x, wq, wk, wv, wo, causal=causal)
+    x = x + out if residual else out
+  return np.asarray(jnp.stack(maps))
+
+
+def target_params(target):
+  """A `Target` as a `transformer.forward` params dict (no read-out)."""
+  return dict(wq=target.wq, wk=target.wk, wv=target.wv, wo=target.wo)
+
+
+def attention_comparison(target, x_BxTxD, *, seed=0, random_widths=None):
+  """Attention maps (L, B, H, T, T) of the target and of UTs compiled from it.
+
+  Returns {name: maps} for "target", the sparse UT (dense form) and Gaussian
+  UTs of the given widths (default N and N - 1). For the sparse UT and for a
+  random UT with m >= N the maps equal the target's (attention matching,
+  DESIGN §2); below N they do not.
+  """
+  h, num_layers, d = target.num_heads, target.num_layers, target.width
+  n = bounds.random_threshold(h, num_layers, d)
+  sparse_ut = sparse.make_sparse_ut(h, num_layers, d)
+  program, _ = compile_lib.compile_sparse(sparse_ut, target)
+  models = {"target": target_params(target),
+            f"sparse UT, m={sparse_ut.m}":
+                dict(sparse.to_dense(sparse_ut, np.float64), embed=program["embed"])}
+  for m in (n, n - 1) if random_widths is None else random_widths:
+    ut = gaussian.make_gaussian_ut(h, num_layers, m, d, seed)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")  # Below N the fit is inexact by design.
+      program, _ = compile_lib.compile_random(ut, target)
+    models[f"random UT, m={m} (N={n})"] = dict(ut, embed=program["embed"])
+  return {name: attention_maps(params, x_BxTxD, num_layers=num_layers,
+                               causal=target.causal, residual=target.residual)
+          for name, params in models.items()}
+
+
+def plot_attention(maps, *, layer, head, example=0, path=None):
+  """The attention of `layer`, `head` (1-based, DESIGN §1), one column per model.
+
+  maps: {name: (L, B, H, T, T)} as from `attention_comparison`, with "target".
+  Top row: the attention matrices; bottom row: |A - A_target| on a log scale,
+  titled with its maximum over all layers and heads.
+  """
+  num_layers, _, num_heads = maps["target"].shape[:3]
+  if not (1 <= layer <= num_layers and 1 <= head <= num_heads):
+    raise UserError(f"layer={layer}, head={head} out of range: the target has "
+                    f"layers 1..{num_layers} and heads 1..{num_heads}")
+  fig = figure_lib.Figure(figsize=(3 * len(maps) + 1.5, 6.4), dpi=110,
+                          layout="constrained")
+  backend_agg.FigureCanvasAgg(fig)
+  top, bottom = fig.subplots(2, len(maps), squeeze=False)
+  floor = 1e-17  # Exact zeros cannot go on a log scale.
+  norm = colors.LogNorm(vmin=1e-16, vmax=1)
+  for i, (name, a) in enumerate(maps.items()):
+    image = top[i].imshow(a[layer - 1, example, head - 1], vmin=0, vmax=1)
+    top[i].set_title(name, fontsize=9)
+    diff = np.abs(a - maps["target"])
+    if name == "target":
+      bottom[i].axis("off")
+      continue
+    diff_image = bottom[i].imshow(
+        np.maximum(diff[layer - 1, example, head - 1], floor), norm=norm,
+        cmap="magma")
+    bottom[i].set_title(f"|A - A_target|, max over all\nlayers and heads "
+                        f"{diff.max():.1e}", fontsize=9)
+    bottom[i].set_xlabel("key position")
+  top[0].set_ylabel("query position")
+  fig.colorbar(image, ax=list(top), shrink=0.8, label="attention")
+  if len(maps) > 1:
+    fig.colorbar(diff_image, ax=list(bottom), shrink=0.8, label="|difference|")
+  fig.suptitle(f"attention of layer {layer}, head {head}: target and UTs "
+               f"compiled from it")
+  _save(fig, path)
+  return fig
