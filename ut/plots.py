@@ -1,0 +1,152 @@
+"""Result tables for the colabs: load, set beside the paper's numbers, plot.
+
+Rows are those of a sweep's table.json (ut/sweep.py: task, kind, variant, data
+as a JSON string, seeds, accuracy_mean, accuracy_std in [0, 1], runs) or of
+compiled_ut.json (ut/compiled.py). Plotting functions return a matplotlib
+Figure made without pyplot (no backend, no global state): a notebook saves it
+with fig.savefig(path) and shows the PNG (IPython.display.Image).
+
+`paper` maps (kind, variant), or (panel value, kind, variant) where the paper's
+number holds for one panel only, to the paper's number as text in percent, e.g.
+{("za", "random", "attn"): "94.4", ("random", "res_ln"): "85.7-96.1"}; the
+numbers in the text (one, or a low-high range) are drawn on our bars.
+"""
+
+import json
+import math
+import os
+import re
+
+from matplotlib import figure
+import numpy as np
+
+from ut import reports
+from ut import sweep
+
+
+def finished_rows(config_path, workdir):
+  """workdir/table.json's rows when it covers every run of the sweep, else None.
+
+  Only the rows of this sweep's runs are returned, so a table made by a larger
+  sweep serves a sub-grid. Reads only; call sweep.run_sweep when this is None.
+  """
+  path = os.path.join(workdir, "table.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    rows = json.load(f)["rows"]
+  module = sweep.load_config_module(config_path)
+  arg = config_path.split(":", 1)[1] if ":" in config_path else None
+  wanted = {name for name, _ in sweep.collect_runs(module, arg)}
+  done = {name for r in rows for name in r["runs"].split(";")}
+  if not wanted <= done:
+    return None
+  return [r for r in rows if set(r["runs"].split(";")) <= wanted]
+
+
+def panel_value(row, panel):
+  """The row's data field `panel` (e.g. 'mix' or 'k')."""
+  return json.loads(row["data"])[panel]
+
+
+def paper_range(text):
+  """'85.7-96.1' -> (85.7, 96.1), 'about 99' -> (99, 99), 'about the same' -> None."""
+  numbers = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", text or "")]
+  return (min(numbers), max(numbers)) if numbers else None
+
+
+def beside_paper(rows, paper, panel):
+  """A text table: panel, kind, variant, seeds, ours (mean ± std %), paper (%),
+  and for compiled-UT rows the lowest agreement with the target (%)."""
+  out = []
+  for r in rows:
+    std = r["accuracy_std"]
+    ours = f"{100 * r['accuracy_mean']:.2f}" + (
+        "" if std is None or math.isnan(std) else f" ± {100 * std:.2f}")
+    out.append({panel: panel_value(r, panel), "kind": r["kind"],
+                "variant": r["variant"], "seeds": r["seeds"], "ours": ours,
+                "paper": _paper(paper, panel_value(r, panel), r["kind"],
+                                r["variant"])})
+    if any(x.get("agreement_min") is not None for x in rows):  # Compiled rows.
+      a = r.get("agreement_min")
+      out[-1]["agreement (min)"] = "" if a is None else f"{100 * a:.2f}"
+  return reports.format_table(out)
+
+
+def _paper(paper, value, kind, variant):
+  return paper.get((value, kind, variant), paper.get((kind, variant), ""))
+
+
+def _ordered(values):
+  return list(dict.fromkeys(values))
+
+
+def accuracy_bars(rows, panel, paper=None, title=""):
+  """Accuracy (%) bars, mean ± std over seeds: one panel per data[panel] value,
+  kinds along x, one bar per variant; the paper's number (or range) as a black
+  diamond (with a bar over the range) on its bar."""
+  paper = paper or {}
+  panels = _ordered(panel_value(r, panel) for r in rows)
+  kinds = _ordered(r["kind"] for r in rows)
+  variants = _ordered(r["variant"] for r in rows)
+  width = 0.8 / len(variants)
+  fig = figure.Figure(figsize=(2 + 1.1 * len(kinds) * len(panels), 3.6),
+                      layout="constrained")
+  axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
+  for ax, value in zip(axes[0], panels):
+    for j, variant in enumerate(variants):
+      for i, kind in enumerate(kinds):
+        match = [r for r in rows if (r["kind"], r["variant"]) == (kind, variant)
+                 and panel_value(r, panel) == value]
+        if not match:
+          continue
+        r = match[0]
+        x = i - 0.4 + width * (j + 0.5)
+        std = r["accuracy_std"]
+        err = None if std is None or math.isnan(std) else 100 * std
+        ax.bar(x, 100 * r["accuracy_mean"], width, yerr=err, capsize=2,
+               color=f"C{j}", label=variant)
+        span = paper_range(_paper(paper, value, kind, variant))
+        if span:
+          ax.errorbar(x, sum(span) / 2, yerr=(span[1] - span[0]) / 2, fmt="D",
+                      color="black", ms=4, capsize=3, label="paper")
+    ax.set_xticks(range(len(kinds)), kinds, rotation=20)
+    ax.set_title(f"{panel} = {value}")
+    ax.set_ylim(0, 105)
+    ax.grid(axis="y", alpha=0.3)
+  axes[0][0].set_ylabel("accuracy (%)")
+  keep = {}
+  for ax in axes[0]:
+    handles, labels = ax.get_legend_handles_labels()
+    keep.update(zip(labels, handles))
+  if "paper" in keep:
+    keep["paper"] = keep.pop("paper")  # Last in the legend.
+  fig.legend(keep.values(), keep.keys(), loc="outside right upper", fontsize=8)
+  fig.suptitle(title)
+  return fig
+
+
+def compiled_bars(results):
+  """Target accuracy, UT accuracy and agreement (%) per construction.
+
+  results: {name: compiled_ut.json dict}, one panel per name (e.g. task).
+  """
+  metrics = ("target_accuracy", "ut_accuracy", "agreement")
+  fig = figure.Figure(figsize=(1.5 + 3 * len(results), 3.6),
+                      layout="constrained")
+  axes = fig.subplots(1, len(results), squeeze=False, sharey=True)
+  for ax, (name, result) in zip(axes[0], results.items()):
+    constructions = [r["construction"] for r in result["rows"]]
+    for j, metric in enumerate(metrics):
+      x = np.arange(len(constructions)) - 0.4 + 0.8 / 3 * (j + 0.5)
+      ax.bar(x, [100 * r[metric] for r in result["rows"]], 0.8 / 3,
+             color=f"C{j}", label=metric)
+    ax.set_xticks(range(len(constructions)),
+                  [f"{r['construction']}\nm={r['m']}" for r in result["rows"]])
+    ax.set_title(name)
+    ax.set_ylim(0, 105)
+    ax.grid(axis="y", alpha=0.3)
+  axes[0][0].set_ylabel("%")
+  fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside right upper",
+             fontsize=8)
+  return fig
