@@ -29,6 +29,11 @@ from ut.constructions import gaussian
 from ut.errors import UserError
 
 
+# Random-UT width over the threshold N: exact at m = N, but cond(A) there is up
+# to ~1e4 and float32 rounding grows with it; a wider UT is better conditioned.
+M_FACTOR = 1.25
+
+
 def target_from_params(params, spec):
   """The attention stack of a trained attn model as a `Target` (identity read-out)."""
   if spec.kind != "trained" or spec.variant != "attn":
@@ -40,7 +45,7 @@ def target_from_params(params, spec):
                             residual=False)
 
 
-def compile_model(params, spec, construction, *, m_factor=1.25, seed=0):
+def compile_model(params, spec, construction, *, m_factor=M_FACTOR, seed=0):
   """UT params and spec that simulate a trained model: (ut_params, ut_spec, report)."""
   target = target_from_params(params, spec)
   h, num_layers, d = spec.num_heads, spec.num_layers, spec.width
@@ -116,7 +121,8 @@ def _row(params, spec, batches, target_preds, construction, m_factor, seed):
 
 
 def sweep_run(config, target_dir):
-  """One compiled-UT row of a sweep table: config.compiled names the UT.
+  """One compiled-UT row of a sweep table: config.compiled names the UT
+  (a random one of width M_FACTOR N, Gaussian seed config.model.ut_seed).
 
   The target is config with `compiled` cleared, trained in target_dir (or
   restored from it when its training finished there before). Returns the
@@ -131,7 +137,7 @@ def sweep_run(config, target_dir):
   params, spec, tconfig, task, step = train.restore_params(target_dir)
   batches = train.eval_batches(tconfig, task)
   row = _row(params, spec, batches, predictions(params, spec, batches),
-             config.compiled, 1.25, config.model.ut_seed)
+             config.compiled, M_FACTOR, config.model.ut_seed)
   return dict(row, step=step, eval_accuracy=row["ut_accuracy"], task=config.task,
               kind=f"compiled_{config.compiled}", variant=spec.variant,
               model_width=row["m"], target_dir=target_dir)

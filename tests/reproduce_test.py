@@ -1,0 +1,60 @@
+"""The `quick` profile of launch.reproduce: every results step runs end to end."""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+from configs import reproduce as reproduce_config
+from tests import cli_helpers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def reproduce(workdir, profile="quick"):
+  return subprocess.run(
+      [sys.executable, "-m", "launch.reproduce",
+       f"--config={os.path.join(ROOT, 'configs', 'reproduce.py')}:{profile}",
+       f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True,
+      timeout=900, check=False)
+
+
+class ReproduceTest(absltest.TestCase):
+
+  def test_quick_profile_writes_every_result(self):
+    tmp = self.create_tempdir().full_path
+    proc = reproduce(tmp)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    with open(os.path.join(tmp, "reproduce.json")) as f:
+      report = json.load(f)
+    steps = reproduce_config.get_config("quick").steps
+    self.assertEqual([s["name"] for s in report["steps"]], [s.name for s in steps])
+    self.assertFalse(any(s["skipped"] for s in report["steps"]))
+    for name in ("simulate/simulate_table.json", "threshold/threshold.png",
+                 "compiled_dyck/compiled_ut.json"):
+      self.assertTrue(os.path.exists(os.path.join(tmp, name)), name)
+    for table in ("dyck", "khop"):
+      with open(os.path.join(tmp, table, "table.json")) as f:
+        got = json.load(f)
+      self.assertEqual(got["missing_runs"], [])
+      kinds = {r["kind"] for r in got["rows"]}
+      self.assertEqual(kinds, {"sparse", "random", "trained", "compiled_sparse",
+                               "compiled_random"}, table)
+    # The record of this run is not replaced by a second one.
+    with open(os.path.join(tmp, "reproduce.json"), "rb") as f:
+      before = f.read()
+    proc = reproduce(tmp)
+    cli_helpers.assert_one_line_error(self, proc, r"reproduce.json already exists;"
+                                      r" pass --overwrite")
+    with open(os.path.join(tmp, "reproduce.json"), "rb") as f:
+      self.assertEqual(f.read(), before)
+
+  def test_unknown_profile_is_one_line(self):
+    proc = reproduce(self.create_tempdir().full_path, profile="fast")
+    cli_helpers.assert_one_line_error(self, proc, r"unknown profile 'fast'")
+
+
+if __name__ == "__main__":
+  absltest.main()
