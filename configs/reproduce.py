@@ -44,12 +44,12 @@ def get_config(arg="full"):
             "simulate_table.json"),
       _step("threshold", "launch.threshold", "configs/threshold.py" + smoke,
             "threshold.json"),
+      _step("compiled_dyck", "launch.compiled_ut",
+            "configs/compiled_ut.py:task=dyck" + (",smoke" if quick else ""),
+            "compiled_ut.json"),
       _step("dyck", "launch.sweep", "configs/dyck_table.py" + grid +
             (",mixes=za" if quick else ""), None, ["--workers={workers}"]),
       _step("khop", "launch.sweep", "configs/khop_table.py" + grid +
             (",ks=1" if quick else ""), None, ["--workers={workers}"]),
-      _step("compiled_dyck", "launch.compiled_ut",
-            "configs/compiled_ut.py:task=dyck" + (",smoke" if quick else ""),
-            "compiled_ut.json"),
   )
   return config

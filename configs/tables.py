@@ -20,8 +20,10 @@ def parse_grid(arg, **extra):
   return args
 
 
-def add_grid(add, args, axis, values):
-  """add() one run per (axis value, kind, variant, seed) of the parsed grid."""
+def add_grid(add, args, axis, values, compiled_values=None):
+  """add() one run per (axis value, kind, variant, seed) of the parsed grid,
+  and compiled-UT runs for the axis values in compiled_values (default all)."""
+  compiled_values = (values if compiled_values is None else compiled_values).split("+")
   for value in values.split("+"):
     for kind in args["kinds"]:
       for variant in args["variants"]:
@@ -29,7 +31,8 @@ def add_grid(add, args, axis, values):
           run = (f"model={kind},variant={variant},{axis}={value},seed={seed}"
                  + (",smoke" if args["smoke"] else ""))
           add(run)
-          if args["compiled"] and (kind, variant) == ("trained", "attn"):
+          if (args["compiled"] and (kind, variant) == ("trained", "attn")
+              and value in compiled_values):
             # Compiled-UT rows: this trained model compiled into fixed UTs.
             for construction in ("sparse", "random"):
               add(run, compiled=construction)

@@ -1,6 +1,7 @@
 """Tiny sweeps for tests: 4 seeds x 2 learning rates of the Dyck smoke config;
 with the argument `sparse`, 3 seeds of the sparse UT with res_ln_mlp; with
-`kinds`, 2 seeds of each model kind (3 shape groups)."""
+`kinds`, 2 seeds of each model kind (3 shape groups); with `diverges`, a run
+whose loss becomes NaN and a healthy one."""
 
 from configs import dyck
 
@@ -8,6 +9,10 @@ get_config = dyck.get_config
 
 
 def sweep(add, arg=None):
+  if arg == "diverges":  # The first run's loss becomes NaN at step 3.
+    add("model=random,smoke,seed=0", **{"train.lr": 1e30})
+    add("model=trained,smoke,seed=0")
+    return
   if arg == "kinds":
     for kind in ("sparse", "random", "trained"):
       for seed in range(2):

@@ -126,6 +126,20 @@ class SweepTest(absltest.TestCase):
           self.assertEqual(got["target_accuracy"], json.load(f)["eval_accuracy"])
         self.assertFalse(os.path.exists(os.path.join(tmp, "runs", name, "target")))
 
+  def test_a_diverged_run_is_recorded_and_the_sweep_goes_on(self):
+    tmp = self.create_tempdir().full_path
+    proc = run_sweep_cli(tmp, 1, "diverges")
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    (bad, _), (good, _) = sweep.collect_runs(sweep_config, "diverges")
+    with open(os.path.join(tmp, "runs", bad, "metrics.json")) as f:
+      got = json.load(f)
+    self.assertTrue(np.isnan(got["eval_accuracy"]))
+    self.assertRegex(got["diverged"], r"loss became nan at step 3")
+    with open(os.path.join(tmp, "table.json")) as f:
+      rows = {r["kind"]: r for r in json.load(f)["rows"]}
+    self.assertTrue(np.isnan(rows["random"]["accuracy_mean"]))
+    self.assertTrue(np.isfinite(rows["trained"]["accuracy_mean"]))
+
   def test_workers_must_be_positive(self):
     proc = run_sweep_cli(self.create_tempdir().full_path, 1, "kinds",
                          "--workers=0")

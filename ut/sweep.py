@@ -216,7 +216,7 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     if vmapped and plain:
       results = train_group([c for _, c in plain])
     else:  # Each run is a plain training run, checkpointed in its own folder.
-      results = [train.train_and_evaluate(c, _run_dir(workdir, n)) for n, c in plain]
+      results = [_train_one(c, _run_dir(workdir, n)) for n, c in plain]
     results += [compiled.sweep_run(c, _target_dir(workdir, n, c, members))
                 for n, c in compiled_runs]
     seconds = time.perf_counter() - start
@@ -250,6 +250,17 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     logging.warning("%d of %d runs are not finished and not in the table",
                     len(missing), len(runs))
   return rows
+
+
+def _train_one(config, run_dir):
+  """train_and_evaluate, except that a diverged run is recorded (accuracy NaN,
+  with the diagnosis) and the sweep goes on; rerunning it would diverge again."""
+  try:
+    return train.train_and_evaluate(config, run_dir)
+  except train.TrainingDiverged as e:
+    logging.warning("%s diverged: %s", run_dir, e)
+    return dict(eval_accuracy=math.nan, diverged=str(e), task=config.task,
+                kind=config.model.kind, variant=config.model.variant)
 
 
 def worker_command(argv, index, count):
