@@ -1,9 +1,11 @@
 """Sweep entry point: python -m launch.sweep --config=configs/<table>.py --workdir=W.
 
 Runs the config file's sweep(add) grid, batching runs that share shapes over
-all devices, skipping runs already finished in W, and writes W/table.{csv,json,md}.
+all devices, skipping runs already finished in W, and writes W/table.{csv,json,md}
+and, when the config file has the paper's numbers (PAPER, PANEL), W/paper.md.
 """
 
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ from absl import flags
 import jax
 
 from launch import cli
+from ut import plots
 from ut import sweep
 from ut.errors import UserError
 
@@ -65,6 +68,10 @@ def main(argv):
                          aggregate_only=_AGGREGATE_ONLY.value or workers > 1,
                          started=started)
   print(sweep.markdown_table(rows))
+  module = sweep.load_config_module(_CONFIG.value)
+  if hasattr(module, "PAPER") and jax.process_index() == 0:
+    with open(os.path.join(_WORKDIR.value, "paper.md"), "w") as f:
+      f.write(plots.beside_paper(rows, module.PAPER, module.PANEL) + "\n")
   print(f"wrote {_WORKDIR.value}/table.csv, .json and .md")
 
 
