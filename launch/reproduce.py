@@ -1,5 +1,6 @@
 """Regenerates every table and figure: see configs/reproduce.py."""
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/reproduce.py:
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Results folder, one subfolder per step.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False,
-                               "Replace an earlier reproduce.json in the workdir.")
+                               "Replace a finished regeneration's reproduce.json.")
 
 
 def step_command(step, workdir, workers):
@@ -27,38 +28,68 @@ def step_command(step, workdir, workers):
           f"--workdir={out}", *flags_]
 
 
+def _earlier(report_path, overwrite):
+  """Step records of an interrupted regeneration (to resume), or {}."""
+  if not os.path.exists(report_path):
+    return {}
+  with open(report_path) as f:
+    report = json.load(f)
+  if report.get("complete"):
+    reports.refuse_existing([report_path], overwrite, flag="--overwrite")
+    return {}
+  return {s["name"]: s for s in report["steps"]}
+
+
+def _write(workdir, config, steps, complete):
+  """reproduce.json and reproduce.md: written after every step."""
+  total = sum(s["seconds"] or 0.0 for s in steps)
+  reports.write_json(os.path.join(workdir, "reproduce.json"), dict(
+      profile=config.profile, complete=complete, steps=steps,
+      wall_seconds=total, provenance=reports.provenance(config)))
+  rows = [dict(step=s["name"], minutes="skipped" if s["seconds"] is None else
+               f"{s['seconds'] / 60:.1f}", command=s["command"]) for s in steps]
+  rows.append(dict(step="total" if complete else "total so far",
+                   minutes=f"{total / 60:.1f}", command=""))
+  table = reports.format_table(rows)
+  with open(os.path.join(workdir, "reproduce.md"), "w") as f:
+    f.write(table + "\n")
+  return table
+
+
 def main(argv):
   del argv
   config, workdir = _CONFIG.value, _WORKDIR.value
-  report_path = os.path.join(workdir, "reproduce.json")
-  reports.refuse_existing([report_path], _OVERWRITE.value, flag="--overwrite")
-  started = time.time()
-  done = []
+  earlier = _earlier(os.path.join(workdir, "reproduce.json"), _OVERWRITE.value)
+  steps = []
   for step in config.steps:
     cmd = step_command(step, workdir, config.workers)
     shown = " ".join(["python"] + cmd[1:])
+    record = earlier.get(step.name)
+    if record and record.get("finished"):
+      logging.info("[%s] finished in an earlier invocation", step.name)
+      steps.append(record)
+      continue
     if step.output and os.path.exists(os.path.join(workdir, step.name, step.output)):
       logging.info("[%s] skipped: %s/%s/%s exists", step.name, workdir, step.name,
                    step.output)
-      done.append(dict(name=step.name, command=shown, seconds=None, skipped=True))
+      steps.append(dict(name=step.name, command=shown, seconds=None, finished=True))
       continue
     logging.info("[%s] %s", step.name, shown)
     start = time.time()
-    code = subprocess.run(cmd, check=False).returncode
+    code = None
+    try:
+      code = subprocess.run(cmd, check=False).returncode
+    finally:  # Also on Ctrl-C: the step's time so far counts when resumed.
+      seconds = time.time() - start + (record or {}).get("seconds", 0.0)
+      steps.append(dict(name=step.name, command=shown, seconds=seconds,
+                        finished=code == 0))
+      _write(workdir, config, steps, complete=False)
     if code:
       raise UserError(f"step {step.name} exited with {code}: {shown}; finished "
                       f"steps and runs are kept, rerun to resume")
-    done.append(dict(name=step.name, command=shown, seconds=time.time() - start,
-                     skipped=False))
-    logging.info("[%s] done in %.0fs", step.name, done[-1]["seconds"])
-  total = time.time() - started
-  reports.write_json(report_path, dict(
-      profile=config.profile, steps=done, wall_seconds=total,
-      provenance=reports.provenance(config)))
-  for s in done:
-    secs = "skipped" if s["skipped"] else f"{s['seconds']:.0f}s"
-    print(f"{s['name']:>14}  {secs:>8}  {s['command']}")
-  print(f"total {total / 60:.1f} min; wrote {workdir}/reproduce.json")
+    logging.info("[%s] done in %.0fs", step.name, seconds)
+  print(_write(workdir, config, steps, complete=True))
+  print(f"wrote {workdir}/reproduce.json and reproduce.md")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ class ReproduceTest(absltest.TestCase):
       report = json.load(f)
     steps = reproduce_config.get_config("quick").steps
     self.assertEqual([s["name"] for s in report["steps"]], [s.name for s in steps])
-    self.assertFalse(any(s["skipped"] for s in report["steps"]))
+    self.assertTrue(report["complete"])
+    self.assertTrue(all(s["finished"] and s["seconds"] > 0 for s in report["steps"]))
     for name in ("simulate/simulate_table.json", "threshold/threshold.png",
                  "compiled_dyck/compiled_ut.json"):
       self.assertTrue(os.path.exists(os.path.join(tmp, name)), name)
@@ -50,6 +51,25 @@ class ReproduceTest(absltest.TestCase):
                                       r" pass --overwrite")
     with open(os.path.join(tmp, "reproduce.json"), "rb") as f:
       self.assertEqual(f.read(), before)
+
+    # An interrupted regeneration resumes: finished steps keep their times and
+    # are not rerun; the interrupted step's time so far is added to its own.
+    report = json.loads(before)
+    report["complete"] = False
+    report["steps"][-1].update(finished=False, seconds=1000.0)
+    with open(os.path.join(tmp, "reproduce.json"), "w") as f:
+      json.dump(report, f)
+    proc = reproduce(tmp)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    self.assertIn("0 to do", proc.stderr)  # The interrupted sweep had finished.
+    with open(os.path.join(tmp, "reproduce.json")) as f:
+      resumed = json.load(f)
+    self.assertTrue(resumed["complete"])
+    old, new = report["steps"], resumed["steps"]
+    self.assertEqual(new[:-1], old[:-1])
+    self.assertGreater(new[-1]["seconds"], 1000.0)
+    self.assertTrue(new[-1]["finished"])
+    self.assertTrue(os.path.exists(os.path.join(tmp, "reproduce.md")))
 
   def test_unknown_profile_is_one_line(self):
     proc = reproduce(self.create_tempdir().full_path, profile="fast")
