@@ -26,9 +26,13 @@ import ml_collections
 from configs import common
 
 
-def _step(name, module, config, output, flags=()):
-  return ml_collections.ConfigDict(dict(name=name, module=module, config=config,
-                                        output=output, flags=tuple(flags)))
+def _step(name, module, config, output, flags=(), workdir=None):
+  """One command: `python -m module --config=config --workdir=<W>/<workdir>`;
+  output: a file it writes that marks it finished (None for sweeps, which
+  skip their finished runs themselves)."""
+  return ml_collections.ConfigDict(dict(
+      name=name, module=module, config=config, output=output, flags=tuple(flags),
+      workdir=workdir or name))
 
 
 def get_config(arg="full"):
@@ -50,6 +54,11 @@ def get_config(arg="full"):
             "compiled_ut.json"),
       _step("dyck", "launch.sweep", "configs/dyck_table.py" + grid +
             (",mixes=za" if quick else ""), None, ["--workers={workers}"]),
+      # The cells the training issue's targets name run first (same folder:
+      # the full grid below skips them).
+      _step("khop_res_ln", "launch.sweep", "configs/khop_table.py" + grid +
+            ("," if quick else ":") + "ks=1+2,kinds=sparse,variants=res_ln",
+            None, ["--workers={workers}"], workdir="khop"),
       _step("khop", "launch.sweep", "configs/khop_table.py" + grid +
             (",ks=1" if quick else ""), None, ["--workers={workers}"]),
   )

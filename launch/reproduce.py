@@ -22,7 +22,7 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False,
 
 
 def step_command(step, workdir, workers):
-  out = os.path.join(workdir, step.name)
+  out = os.path.join(workdir, step.workdir)
   flags_ = [f.format(workers=workers) for f in step.flags]
   return [sys.executable, "-m", step.module, f"--config={step.config}",
           f"--workdir={out}", *flags_]
@@ -69,9 +69,10 @@ def main(argv):
       logging.info("[%s] finished in an earlier invocation", step.name)
       steps.append(record)
       continue
-    if step.output and os.path.exists(os.path.join(workdir, step.name, step.output)):
-      logging.info("[%s] skipped: %s/%s/%s exists", step.name, workdir, step.name,
-                   step.output)
+    if step.output and os.path.exists(os.path.join(workdir, step.workdir,
+                                                   step.output)):
+      logging.info("[%s] skipped: %s/%s/%s exists", step.name, workdir,
+                   step.workdir, step.output)
       steps.append(dict(name=step.name, command=shown, seconds=None, finished=True))
       continue
     logging.info("[%s] %s", step.name, shown)
