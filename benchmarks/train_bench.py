@@ -1,6 +1,6 @@
 r"""Training-step throughput against a matmul roofline; prints medians and ratios.
 
-  python -m benchmarks.train_bench                  # everything (< 3 min on 2 CPUs)
+  python -m benchmarks.train_bench                  # everything (< 4 min on 2 CPUs)
   python -m benchmarks.train_bench --part=fixed     # the fixed-size step only
   python -m benchmarks.train_bench --part=configs   # the default training configs
   python -m benchmarks.train_bench --mallopt        # glibc keeps XLA's temp buffer
@@ -11,27 +11,32 @@ roofline  `jnp.dot` of two 2048 x 2048 float32 matrices, jitted: 2 * 2048^3 FLOP
           step can leave the allocator cold), so that a step and the roofline it
           is divided by see the same load from other processes.
 fixed     `ut.train.train_step`, jitted as in `train_and_evaluate` (donate_argnums=0,
-          the optimizer of `make_optimizer`), for the size the issue fixes: a
-          random UT, attention only, m=256, H=2, L=2, k_u=32 (configs/common.py),
-          n=64 tokens, batch 256. Its tokens come from
-          configs/dyck.py:model=random,max_len=63 (63 brackets and the '?' query:
-          64 tokens, vocabulary 4, 2 classes). Issue target: >= 0.65 of roofline.
+          the optimizer of `make_optimizer`, `default_microbatches`: 8 of
+          2048 tokens here; each case's count is printed under the table), for
+          the size the issue fixes: a random UT, attention only, m=256, H=2,
+          L=2, k_u=32 (configs/common.py), n=64 tokens, batch 256. Its tokens
+          come from configs/dyck.py:model=random,max_len=63 (63 brackets and
+          the '?' query: 64 tokens, vocabulary 4, 2 classes). Issue target:
+          >= 0.65 of roofline.
 configs   the same step for the default configs at their own batch size and
           length (printed under the table): configs/dyck.py:model=sparse|random|
-          trained (attention only) and configs/khop.py:model=sparse,variant=res_ln,k=1.
+          trained,variant=attn|res_ln|res_ln_mlp and
+          configs/khop.py:model=sparse,variant=res_ln,k=1|2.
 
 A timed repeat runs whole steps for at least --min_block_s on one batch already
 on the device, and waits for each step's metrics, as the training loop does when
 it reads the loss (host data generation is not timed). Steps/s is the median
 over repeats. sys% is the share of the step's CPU time spent in the kernel:
-with glibc's defaults XLA's per-step temp buffer (194 MiB at the fixed size) is
-allocated on a worker thread's arena, so it is mmap'd, page-faulted in and
-unmapped on every step. --mallopt (before JAX starts: M_ARENA_MAX=1,
-M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB) keeps it in the main heap instead.
+with glibc's defaults XLA's per-step temp buffer (194 MiB at the fixed size
+without microbatches) is allocated on a worker thread's arena, so it is mmap'd,
+page-faulted in and unmapped on every step. --mallopt (before JAX starts:
+M_ARENA_MAX=1, M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB, as launch/cli.py does for
+real training) keeps it in the main heap instead.
 
 FLOP counts of one step, two ways:
   xla       `jax.jit(step).lower(...).compile().cost_analysis()['flops']`: what
-            the compiled step computes, elementwise ops and unneeded work included.
+            the compiled step computes, elementwise ops and unneeded work included
+            (of the step with microbatches=1: XLA counts a loop body once).
   analytic  the matmul FLOPs of the model as `ut.models` computes it (a
             multiply-add is 2 FLOPs). B batch, T tokens, M model width, H heads,
             L layers, K head width (k_u for a random UT), d virtual target width
@@ -118,13 +123,13 @@ FIXED = Case("fixed: random attn m256 H2 L2 n64 B256", "dyck",
              "model=random,variant=attn,max_len=63", batch_size=256,
              model=(("m", 256), ("num_heads", 2), ("num_layers", 2),
                     ("head_width", 32), ("shared", False)))
-CONFIGS = (
-    Case("dyck.py:model=sparse", "dyck", "model=sparse"),
-    Case("dyck.py:model=random", "dyck", "model=random"),
-    Case("dyck.py:model=trained", "dyck", "model=trained"),
-    Case("khop.py:model=sparse,variant=res_ln,k=1", "khop",
-         "model=sparse,variant=res_ln,k=1"),
-)
+CONFIGS = tuple(
+    Case(f"dyck.py:model={kind},variant={variant}", "dyck",
+         f"model={kind},variant={variant}")
+    for kind in ("sparse", "random", "trained")
+    for variant in ("attn", "res_ln", "res_ln_mlp")) + tuple(
+        Case(f"khop.py:model=sparse,variant=res_ln,k={k}", "khop",
+             f"model=sparse,variant=res_ln,k={k}") for k in (1, 2))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,9 +262,13 @@ def bench_step(case, roofline, repeats, min_block_s):
     user_1, system_1 = _cpu_seconds()
     user, system = user + user_1 - user_0, system + system_1 - system_0
   _, analytic = analytic_flops(spec, b, t)
+  whole = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx,
+                                    microbatches=1))
   shape = (f"{spec.kind}/{spec.variant} M={spec.model_width} H={spec.num_heads} "
-           f"L={spec.num_layers} T={t} B={b}")
-  return Result(case.name, statistics.median(rates), xla_flops(compiled),
+           f"L={spec.num_layers} T={t} B={b} "
+           f"microbatches={train.default_microbatches(b, t)}")
+  return Result(case.name, statistics.median(rates),
+                xla_flops(whole.lower(holder[0], batch).compile()),
                 analytic, roof_flops / statistics.median(roof_secs),
                 system / max(user + system, 1e-9),
                 shape)

@@ -152,16 +152,25 @@ def layer_norm(z, eps=1e-5):
   return (z - mean) * jax.lax.rsqrt(var + eps)
 
 
-def embed(params, tokens_BxT, precision=None):
-  """E: token table plus position table, (B, T, M).
+def token_embed(tokens_BxT, table_VxM, precision=None):
+  """Rows of the token table, (B, T, M), as a one-hot matmul.
 
-  The token lookup is a one-hot matmul: its gradient is a matmul too, where a
-  gather's is a scatter-add, which is slow on CPU.
+  Its gradient is then a matmul too, where a gather's is a scatter-add, which
+  is slow on CPU; `transformer.batched_matmul` makes it onehot^T @ dZ from a
+  (V, B T) copy of the one-hot (XLA CPU otherwise transposes dZ and runs a
+  generic kernel: 25x slower at B T = 16384, M = 256).
   """
+  b, t = tokens_BxT.shape
+  onehot_NxV = jax.nn.one_hot(tokens_BxT.reshape(b * t), table_VxM.shape[0],
+                              dtype=table_VxM.dtype)
+  return transformer.batched_matmul(onehot_NxV, table_VxM,
+                                    precision).reshape(b, t, -1)
+
+
+def embed(params, tokens_BxT, precision=None):
+  """E: token table plus position table, (B, T, M)."""
   t = tokens_BxT.shape[1]
-  table = params["embed"]["token"]
-  onehot = jax.nn.one_hot(tokens_BxT, table.shape[0], dtype=table.dtype)
-  return (jnp.einsum("btv,vm->btm", onehot, table, precision=precision)
+  return (token_embed(tokens_BxT, params["embed"]["token"], precision)
           + params["embed"]["position"][:t][None])
 
 
@@ -184,41 +193,89 @@ def _layer_norm_levels(levels, eps=1e-5):
   return [(z - mean) * inv for z in levels]
 
 
+def _string_major(ut, w, axis=-1):
+  """w's axis of width m as per-level parts, each reordered to (string, role, d).
+
+  `sparse` orders the blocks of a level by (role, string); by string first (its
+  first symbol most significant) routing level j+1 into level j is a reshape
+  and one matmul per level, with no transpose of the state.
+  """
+  h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
+  w = jnp.moveaxis(w, axis, -1)
+  out = []
+  for j, s in enumerate(sparse.level_slices(ut)):
+    roles = sparse.level_roles(h, num_layers, j)
+    part = w[..., s].reshape(*w.shape[:-1], roles, h**j, d).swapaxes(-3, -2)
+    out.append(jnp.moveaxis(part.reshape(*w.shape[:-1], -1), -1, axis))
+  return out
+
+
+def _route_string_major(ut, levels, *, causal, precision):
+  """`sparse.route_levels` for levels in `_string_major` order.
+
+  A level may hold only the leading roles of each string (the leaves route out
+  their state role alone); what it routes into the level above then does too.
+  """
+  h = ut.num_heads
+  b, t = levels[0].shape[:2]
+  a_BxHxTxT = sparse._root_attention(  # pylint: disable=protected-access
+      ut, levels[0], causal=causal, precision=precision)
+  # Columns (s, g): level j+1's rows (s, g.t') are then a reshape.
+  a_BxTxTH = a_BxHxTxT.transpose(0, 2, 3, 1).reshape(b, t, t * h)
+  routed = [j for j in range(ut.num_layers) if levels[j + 1] is not None]
+  # Split, then merge: a reshape that does both fails on sharded (swept) runs.
+  out = transformer.batched_matmul(
+      a_BxTxTH, [levels[j + 1].reshape(b, t, h, -1).reshape(b, t * h, -1)
+                 for j in routed], precision)
+  new = dict(zip(routed, out))
+  return [new.get(j) for j in range(ut.num_layers)] + [None]
+
+
+def _add_roles(z_BxTxF, n_BxTxF, strings):
+  """z + n, where n holds only the leading roles of each of z's strings."""
+  if n_BxTxF.shape[-1] == z_BxTxF.shape[-1]:
+    return z_BxTxF + n_BxTxF
+  b, t, f = z_BxTxF.shape
+  n = n_BxTxF.reshape(b, t, strings, -1)
+  n = jnp.pad(n, ((0, 0), (0, 0), (0, 0), (0, f // strings - n.shape[-1])))
+  return z_BxTxF + n.reshape(b, t, f)
+
+
 def _apply_sparse(params, spec, tokens_BxT, precision):
   """`apply` for the sparse kind with the state kept as one array per level.
 
   The same computation as the flat path (tested equal), but no m-wide array is
-  sliced or concatenated per layer, which is what makes training fast.
+  sliced or concatenated per layer, and levels are stored string-major
+  (`_string_major`: E, the MLP and U are permuted to match), so routing moves
+  no data but the matmuls'.
   """
   ut = spec.sparse_ut
-  cols = [lambda w, s=s: w[..., s] for s in sparse.level_slices(ut)]
+  h = ut.num_heads
   t = tokens_BxT.shape[1]
-  onehot = jax.nn.one_hot(tokens_BxT, spec.vocab_size,
-                          dtype=params["embed"]["token"].dtype)
-  z = [jnp.einsum("btv,vm->btm", onehot, c(params["embed"]["token"]),
-                  precision=precision) + c(params["embed"]["position"])[:t][None]
-       for c in cols]
+  z = [token_embed(tokens_BxT, e, precision) + p[:t][None] for e, p in zip(
+      _string_major(ut, params["embed"]["token"]),
+      _string_major(ut, params["embed"]["position"]))]
   ln = spec.variant != "attn"
   for layer in range(spec.num_layers):
-    new = sparse.route_levels(ut, _layer_norm_levels(z) if ln else z,
+    new = _route_string_major(ut, _layer_norm_levels(z) if ln else z,
                               causal=spec.causal, precision=precision)
     if spec.residual:
-      z = [zj if n is None else zj + sparse.pad_level(n, zj.shape[-1])
-           for zj, n in zip(z, new)]
+      z = [zj if n is None else _add_roles(zj, n, h**j)
+           for j, (zj, n) in enumerate(zip(z, new))]
     else:
       z = new
     if spec.variant == "res_ln_mlp":
       mlp = jax.tree.map(lambda w: w[layer], params["mlp"])
-      rows = [mlp["w1"][s] for s in sparse.level_slices(ut)]
+      rows = _string_major(ut, mlp["w1"], axis=0)
       pre = sum(jnp.einsum("btm,mf->btf", hj, w, precision=precision)
                 for hj, w in zip(_layer_norm_levels(z), rows))
       hidden = jax.nn.gelu(pre + mlp["b1"][None, None])
-      z = [zj + jnp.einsum("btf,fm->btm", hidden, c(mlp["w2"]),
-                           precision=precision) + c(mlp["b2"])[None, None]
-           for zj, c in zip(z, cols)]
+      z = [zj + jnp.einsum("btf,fm->btm", hidden, w2, precision=precision)
+           + b2[None, None] for zj, w2, b2 in zip(
+               z, _string_major(ut, mlp["w2"]), _string_major(ut, mlp["b2"]))]
   if ln:
     z = _layer_norm_levels(z)
-  rows = [params["unembed"][s] for s in sparse.level_slices(ut)]
+  rows = _string_major(ut, params["unembed"], axis=0)
   return sum(jnp.einsum("btm,mc->btc", zj, u[:zj.shape[-1]], precision=precision)
              for zj, u in zip(z, rows) if zj is not None)
 
