@@ -24,8 +24,8 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False,
 def step_command(step, workdir, workers):
   out = os.path.join(workdir, step.workdir)
   flags_ = [f.format(workers=workers) for f in step.flags]
-  return [sys.executable, "-m", step.module, f"--config={step.config}",
-          f"--workdir={out}", *flags_]
+  config = [f"--config={step.config}"] if step.config else []
+  return [sys.executable, "-m", step.module, *config, f"--workdir={out}", *flags_]
 
 
 def _earlier(report_path, overwrite):
