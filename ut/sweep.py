@@ -266,9 +266,10 @@ def _train_one(config, run_dir):
 def worker_command(argv, index, count):
   """(argv, env) of worker process `index` of `count` for a sweep on CPU.
 
-  Small models leave most of a CPU core idle between XLA's ops, so on a CPU
-  host several single-threaded sweep processes, each taking every count-th
-  shape group, finish a table sooner than one process (measured in README).
+  For small models XLA's ops are mostly single-threaded, so a CPU host runs
+  several single-threaded sweep processes, each taking every count-th shape
+  group, side by side. (Our tables ran with --workers=2 on 2 cores; how much
+  sooner that is than one process has not been measured side by side yet.)
   """
   env = dict(os.environ)
   env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
