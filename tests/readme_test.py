@@ -12,7 +12,7 @@ class ReadmeTest(absltest.TestCase):
   def test_tables_are_fresh(self):
     with open(os.path.join(readme.ROOT, "README.md")) as f:
       text = f.read()
-    self.assertIn("<!-- include: results/dyck/table.md -->", text)
+    self.assertIn("<!-- include: results/dyck/paper.md -->", text)
     self.assertEqual(readme.render(text), text,
                      "README tables differ from results/: run python -m launch.readme")
 
