@@ -196,16 +196,15 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
   logging.info("%d runs in %d shape groups; %d to do, %d device(s)", len(runs),
                len(groups), todo, jax.device_count())
   started = time.time() if started is None else started
+  mine = list(groups.values())
   if worker is not None:
-    mine = list(groups)[worker[0]::worker[1]]
+    mine = mine[worker[0]::worker[1]]
     logging.info("worker %d of %d: %d of %d shape groups", worker[0], worker[1],
                  len(mine), len(groups))
   vmapped = use_vmap(batching)
   logging.info("batching: %s", "vmapped groups over a device mesh" if vmapped
                else "one run after another (single CPU device)")
-  for index, members in enumerate(groups.values()):
-    if worker is not None and index % worker[1] != worker[0]:
-      continue
+  for members in mine:
     pending = [(n, c) for n, c in members if not _done(workdir, n)]
     if not pending or aggregate_only:
       continue
