@@ -15,7 +15,7 @@ full   the tables as reported: simulate (bounds and errors), threshold (figure),
        dyck and khop (3 kinds x 3 variants, compiled-UT rows, 3 seeds each),
        and the compiled-UT report on Dyck. Budget: <= 60 minutes on 2 CPU cores.
 quick  the same pipeline at smoke size (4 training steps, 1 seed, one mix,
-       k = 1): checks that every step runs, in about 3 minutes. Its numbers mean
+       k = 1): checks that every step runs, in a few minutes. Its numbers mean
        nothing.
 workers: single-threaded processes per sweep (`launch.sweep --workers`); on
        CPU hosts, use the number of cores.
