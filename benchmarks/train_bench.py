@@ -41,7 +41,7 @@ FLOP counts of one step, two ways:
             multiply-add is 2 FLOPs). B batch, T tokens, M model width, H heads,
             L layers, K head width (k_u for a random UT), d virtual target width
             and F_j level widths (sparse), V vocabulary, C classes,
-            F = mlp_ratio * M. Forward:
+            F = spec.mlp_hidden_width. Forward:
       embedding  2BTVM (a one-hot matmul; the position table is an add)
       per layer, random   H [2*2BTMK (Z R_Q, Z R_K) + 2BTTK (Q K^T)
                              + 2BTMM (Z R_V) + 2BTTM (A (Z R_V))]
@@ -173,7 +173,7 @@ def analytic_flops(spec, batch_size, num_tokens):
       if not spec.residual:
         out_width = sum(widths[:num_layers - layer])
     if spec.variant == "res_ln_mlp":
-      mlp = 2 * 2 * b * t * m * spec.mlp_ratio * m
+      mlp = 2 * 2 * b * t * m * spec.mlp_hidden_width
       if spec.kind == "trained":
         twice += mlp
       else:

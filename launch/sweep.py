@@ -3,6 +3,8 @@
 Runs the config file's sweep(add) grid, batching runs that share shapes over
 all devices, skipping runs already finished in W, and writes W/table.{csv,json,md}
 and, when the config file has the paper's numbers (PAPER, PANEL), W/paper.md.
+Compiled steps are cached in W/jax_cache (JAX's persistent compilation cache):
+the runs of a shape group, and a restarted sweep, skip most compile time.
 """
 
 import os
@@ -27,19 +29,21 @@ _AGGREGATE_ONLY = flags.DEFINE_bool(
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False,
                                  "Call jax.distributed.initialize() (multi-host).")
 _WORKERS = flags.DEFINE_integer(
-    "workers", 1, "CPU only: train in this many single-threaded processes, "
-    "each taking every workers-th shape group; e.g. the number of cores.")
+    "workers", 1, "CPU only: train in this many single-threaded processes; "
+    "each takes the largest shape group not yet taken. E.g. the number of cores.")
 _WORKER_INDEX = flags.DEFINE_integer("worker_index", None,
                                      "Set by --workers for its child processes.")
 
 
 def run_workers(count):
   """Starts `count` worker processes and waits for all; fails if one failed."""
+  sweep.clear_claims(_WORKDIR.value)
   procs = []
   for i in range(count):
     argv, env = sweep.worker_command(sys.argv, i, count)
     procs.append(subprocess.Popen(argv, env=env))
   codes = [p.wait() for p in procs]
+  sweep.clear_claims(_WORKDIR.value)
   failed = [i for i, c in enumerate(codes) if c]
   if failed:
     raise UserError(f"sweep worker(s) {failed} exited with {codes}; their "
@@ -51,6 +55,10 @@ def main(argv):
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
   started = time.time()
+  # Runs of a shape group compile the same step: later ones load it from here.
+  jax.config.update("jax_compilation_cache_dir",
+                    os.path.join(_WORKDIR.value, "jax_cache"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   workers = _WORKERS.value
   if workers < 1:
     raise UserError(f"--workers={workers}; use 1 or more")

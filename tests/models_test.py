@@ -181,6 +181,16 @@ class ModelsTest(chex.TestCase):
              for s in (True, False)]
     chex.assert_trees_all_close(*grads, atol=1e-4, rtol=1e-4)
 
+  @parameterized.parameters("sparse", "random", "trained")
+  def test_mlp_width_sets_hidden_width_and_matches_reference(self, kind):
+    """mlp_width = F overrides mlp_ratio * M (the reference reads F off w1)."""
+    spec = make_spec(kind, "res_ln_mlp", mlp_width=3)
+    params, tokens = make_inputs(spec, seed=3)
+    self.assertEqual(params["mlp"]["w1"].shape,
+                     (spec.num_layers, spec.model_width, 3))
+    np.testing.assert_allclose(np.asarray(apply(params, spec, tokens)),
+                               np_model(params, spec, tokens), atol=1e-4, rtol=1e-4)
+
   def test_trained_attn_matches_plain_transformer(self):
     """The attention-only trained model written out with no helper at all."""
     spec = make_spec("trained", "attn", causal=True)
@@ -219,6 +229,7 @@ class ModelsTest(chex.TestCase):
       ("bool_heads", dict(num_heads=True), "num_heads"),
       ("float_vocab", dict(vocab_size=2.5), "vocab_size"),
       ("zero_max_len", dict(max_len=0), "max_len"),
+      ("negative_mlp_width", dict(mlp_width=-1), "mlp_width"),
   )
   def test_bad_spec_raises_user_error(self, overrides, name):
     kw = dict(kind="random", variant="attn")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -89,8 +90,14 @@ class SweepTest(absltest.TestCase):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, 1, "kinds", "--workers=2")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    self.assertIn("worker 0 of 2: 2 of 3 shape groups", proc.stderr)
-    self.assertIn("worker 1 of 2: 1 of 3 shape groups", proc.stderr)
+    trained = [int(n) for n in re.findall(
+        r"worker \d of 2: trained (\d) of 3 shape groups", proc.stderr)]
+    self.assertLen(trained, 2)
+    self.assertEqual(sum(trained), 3)
+    claimed = re.findall(r"claimed shape group (\S+)", proc.stderr)
+    self.assertCountEqual(claimed, set(claimed))  # Each group trained once.
+    self.assertLen(claimed, 3)
+    self.assertFalse(os.path.exists(os.path.join(tmp, sweep.CLAIMS)))
     with open(os.path.join(tmp, "table.json")) as f:
       table = json.load(f)
     self.assertEqual(table["missing_runs"], [])
@@ -102,6 +109,20 @@ class SweepTest(absltest.TestCase):
       want = train.train_and_evaluate(config, os.path.join(tmp, "single", name))
       np.testing.assert_allclose(got["eval_loss"], want["eval_loss"], rtol=1e-4,
                                  err_msg=name)
+
+  def test_claim_is_given_once_until_cleared(self):
+    tmp = self.create_tempdir().full_path
+    self.assertTrue(sweep.claim(tmp, "run_a"))
+    self.assertFalse(sweep.claim(tmp, "run_a"))
+    self.assertTrue(sweep.claim(tmp, "run_b"))
+    sweep.clear_claims(tmp)
+    self.assertTrue(sweep.claim(tmp, "run_a"))
+
+  def test_cost_proxy_orders_by_size(self):
+    configs = dict(sweep.collect_runs(sweep_config, "kinds"))
+    cost = {name.split("_")[0]: sweep.cost_proxy(c) for name, c in configs.items()}
+    self.assertGreater(cost["model=sparse"], cost["model=random"])
+    self.assertGreater(cost["model=random"], cost["model=trained"])
 
   def test_compiled_rows_reuse_the_trained_run(self):
     tmp = self.create_tempdir().full_path

@@ -54,6 +54,7 @@ class ModelSpec:
   m: int = 256             # random: UT width.
   head_width: int = 32     # random: k_u; trained: k per head.
   mlp_ratio: int = 2
+  mlp_width: int = 0       # F, the MLP's hidden width; 0: mlp_ratio * M.
   causal: bool = True
   ut_seed: int = 0         # random: seed of the frozen weights.
   shared: bool = False     # random: one set of weights for every layer.
@@ -68,12 +69,21 @@ class ModelSpec:
       v = getattr(self, name)
       if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
         raise UserError(f"model.{name}={v!r} must be a positive integer")
+    if (not isinstance(self.mlp_width, (int, np.integer))
+        or isinstance(self.mlp_width, bool) or self.mlp_width < 0):
+      raise UserError(f"model.mlp_width={self.mlp_width!r} must be a positive "
+                      "integer, or 0 for mlp_ratio * model width")
 
   @property
   def model_width(self):
     if self.kind == "sparse":
       return bounds.sparse_width(self.num_heads, self.num_layers, self.width)
     return self.m if self.kind == "random" else self.width
+
+  @property
+  def mlp_hidden_width(self):
+    """F: mlp_width, or mlp_ratio times the model width when that is 0."""
+    return self.mlp_width or self.mlp_ratio * self.model_width
 
   @property
   def residual(self):
@@ -117,7 +127,7 @@ def init(key, spec, dtype=jnp.float32):
         "wo": normal(ks[3], (num_layers, h, k, m), k * h),
     }
   if spec.variant == "res_ln_mlp":
-    f = spec.mlp_ratio * m
+    f = spec.mlp_hidden_width
     k1, k2 = jax.random.split(k_mlp)
     if spec.kind != "trained":  # Frozen random MLP: its own fixed seed.
       k1, k2 = jax.random.split(jax.random.PRNGKey(spec.ut_seed + 1))

@@ -45,7 +45,8 @@ def model_spec(config, task_info):
       kind=mc.kind, variant=mc.variant, vocab_size=task_info.vocab_size,
       max_len=task_info.max_len, num_classes=task_info.num_classes,
       num_heads=mc.num_heads, num_layers=mc.num_layers, width=mc.width, m=mc.m,
-      head_width=mc.head_width, mlp_ratio=mc.mlp_ratio, causal=mc.causal,
+      head_width=mc.head_width, mlp_ratio=mc.mlp_ratio,
+      mlp_width=mc.get("mlp_width", 0), causal=mc.causal,
       ut_seed=mc.ut_seed, shared=mc.shared)
 
 
