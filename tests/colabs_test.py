@@ -1,35 +1,31 @@
 """Every colabs/*.ipynb runs headless at the smoke profile (STYLE 14), and ut/plots.
 
-Each notebook's first code cell holds the line PROFILE_LINE; the test swaps it
-for SMOKE_LINE and executes the notebook with nbclient in a kernel of this
-interpreter (a kernelspec in a temporary folder: no user-level install), with
-the repository root as working directory. Smoke runs write only to temporary
-folders: the test checks that results/ is unchanged.
+Each notebook's first code cell holds the `full` profile line; the test sets it
+to smoke and executes the notebook with `ut.notebooks` (nbclient, a kernel of
+this interpreter, the repository root as working directory). Smoke runs write
+only to temporary folders: the test checks that results/ is unchanged.
 """
 
 import glob
 import json
 import math
 import os
-import shutil
+import subprocess
 import sys
-import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
-from jupyter_client import AsyncKernelManager
-from jupyter_client.kernelspec import KernelSpecManager
 import nbclient
 import nbformat
 
+from tests import cli_helpers
+from ut import notebooks
 from ut import plots
+from ut.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = notebooks.ROOT
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "colabs", "*.ipynb")))
-PROFILE_LINE = 'profile = "full"  #@param ["smoke", "full"]'
-SMOKE_LINE = 'profile = "smoke"  #@param ["smoke", "full"]'
 CELL_TIMEOUT_S = 300
-KERNEL = "ut-colabs-test"
 
 
 def _results_snapshot():
@@ -48,18 +44,12 @@ class NotebooksTest(parameterized.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.kernel_dir = tempfile.mkdtemp(prefix="ut_kernels_")
-    kernel_dir = cls.kernel_dir
-    os.makedirs(os.path.join(kernel_dir, KERNEL))
-    with open(os.path.join(kernel_dir, KERNEL, "kernel.json"), "w") as f:
-      json.dump(dict(argv=[sys.executable, "-m", "ipykernel_launcher", "-f",
-                           "{connection_file}"], display_name="ut (test)",
-                     language="python"), f)
-    cls.kernel_specs = KernelSpecManager(kernel_dirs=[kernel_dir])
+    cls.specs_context = notebooks.kernel_specs()
+    cls.kernel_specs = cls.specs_context.__enter__()
 
   @classmethod
   def tearDownClass(cls):
-    shutil.rmtree(cls.kernel_dir)
+    cls.specs_context.__exit__(None, None, None)
     super().tearDownClass()
 
   def test_notebooks_found(self):
@@ -71,29 +61,52 @@ class NotebooksTest(parameterized.TestCase):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     self.assertTrue(code, "no code cells")
-    first = code[0].source.splitlines()
-    self.assertIn(PROFILE_LINE, first,
-                  "the first code cell must be the parameters cell with exactly "
-                  f"the line {PROFILE_LINE!r}")
+    self.assertIn(notebooks.profile_line("full"), code[0].source.splitlines(),
+                  "the first code cell must be the parameters cell")
     self.assertTrue(any("#@title" in c.source for c in code), "no #@title")
     self.assertTrue(any("#@param" in c.source for c in code), "no #@param")
     for c in code:
       self.assertFalse(c.get("outputs") or c.get("execution_count"),
                        "stored outputs: clear them before committing")
-    code[0].source = code[0].source.replace(PROFILE_LINE, SMOKE_LINE)
+    notebooks.set_profile(nb, "smoke")
+    self.assertIn(notebooks.profile_line("smoke"), code[0].source)
 
     before = _results_snapshot()
-    km = AsyncKernelManager(kernel_name=KERNEL,
-                            kernel_spec_manager=self.kernel_specs)
-    client = nbclient.NotebookClient(
-        nb, km=km, timeout=CELL_TIMEOUT_S,
-        resources={"metadata": {"path": ROOT}})
     try:
-      client.execute()
+      notebooks.execute(nb, self.kernel_specs, timeout_s=CELL_TIMEOUT_S)
     except nbclient.exceptions.CellExecutionError as e:
       self.fail(f"{os.path.basename(path)} failed at smoke profile:\n{e}")
     self.assertEqual(before, _results_snapshot(),
                      "a smoke run changed results/: write to a temporary folder")
+
+  def test_set_profile_needs_the_parameters_cell(self):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    with self.assertRaisesRegex(UserError, "parameters cell"):
+      notebooks.set_profile(nb, "smoke")
+    with self.assertRaisesRegex(UserError, "profile='tiny'"):
+      notebooks.set_profile(nb, "tiny")
+
+
+class LaunchColabsTest(absltest.TestCase):
+  """launch.colabs' user errors (executing at full size is the regeneration)."""
+
+  def run_cli(self, *flags):
+    return subprocess.run([sys.executable, "-m", "launch.colabs", *flags],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          check=False)
+
+  def test_unknown_notebook(self):
+    proc = self.run_cli("--notebooks=dyck,nope",
+                        f"--out={self.create_tempdir().full_path}")
+    cli_helpers.assert_one_line_error(self, proc, r"no notebook colabs/nope.ipynb")
+
+  def test_refuses_to_overwrite(self):
+    out = self.create_tempdir()
+    out.create_file("khop.ipynb", content="keep")
+    proc = self.run_cli("--notebooks=khop", f"--out={out.full_path}")
+    cli_helpers.assert_one_line_error(self, proc, r"khop.ipynb already exists")
+    with open(os.path.join(out.full_path, "khop.ipynb")) as f:
+      self.assertEqual(f.read(), "keep")
 
 
 ROWS = [
