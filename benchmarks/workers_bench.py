@@ -8,7 +8,8 @@ runs), timed in fresh processes three ways, side by side in one invocation:
 
 alone     one process with XLA's CPU threads off (`--xla_cpu_multi_thread_eigen
           =false`), as `launch.sweep --workers` starts its workers;
-together  --workers such processes started at once (their timed blocks overlap);
+together  --workers such processes started at once; each waits, warmed up, until
+          all are, so their timed blocks run at the same time;
 threads   one process with XLA's default threads.
 
 A process compiles the step, runs it once, then times --repeats blocks of whole
@@ -69,6 +70,8 @@ def time_case(name, repeats, block_s):
     return time.perf_counter() - start
 
   n = max(1, int(block_s / run(1)))
+  print("ready", flush=True)  # Wait until every process is warm: then time.
+  sys.stdin.readline()
   return statistics.median(1e3 * run(n) / n for _ in range(repeats))
 
 
@@ -79,13 +82,20 @@ def _spawn(name, single_thread):
   return subprocess.Popen(
       [sys.executable, "-m", "benchmarks.workers_bench", f"--child={name}",
        f"--repeats={_REPEATS.value}", f"--block_s={_BLOCK_S.value}"],
-      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True)
 
 
 def _ms(procs):
-  outs = [p.communicate() for p in procs]
-  if any(p.returncode for p in procs):
-    raise RuntimeError("a timing process failed: " + outs[0][1][-2000:])
+  """Median ms/step of each process; their timed blocks start together."""
+  for p in procs:  # Each says "ready" after compiling and warming up.
+    if p.stdout.readline().strip() != "ready":
+      p.wait()
+      raise RuntimeError("a timing process failed: " + p.stderr.read()[-2000:])
+  outs = [p.communicate("go\n") for p in procs]
+  for p, (_, err) in zip(procs, outs):
+    if p.returncode:
+      raise RuntimeError("a timing process failed: " + err[-2000:])
   return [float(out.strip().splitlines()[-1]) for out, _ in outs]
 
 
@@ -99,6 +109,8 @@ def main(argv):
   if unknown:
     raise app.UsageError(f"unknown case(s) {unknown}; choose from {list(CASES)}")
   w = _WORKERS.value
+  if w < 1:
+    raise app.UsageError(f"--workers={w}; use 1 or more")
   load = os.getloadavg()[0]
   print(f"[workers] {os.cpu_count()} CPUs, 1-min load average {load:.1f}; "
         f"{w} processes together; medians of {_REPEATS.value} blocks")

@@ -53,7 +53,7 @@ def get_config(arg=None):
   if args["model"] != "trained":
     config.train.lr = 3e-2
   if args["model"] == "sparse":  # The MLP's hidden width: d (see docstring).
-    config.model.mlp_width = config.model.width
+    config.model.mlp_width = config.model.get_ref("width")
   if args["smoke"]:
     common.smoke(config)
     config.data.length = 8

@@ -10,7 +10,6 @@ in Colab) and saves its PNGs beside them; the executed notebook is written to
 <out>/<name>.ipynb. Run it after the tables are regenerated (launch.reproduce).
 """
 
-import glob
 import os
 
 from absl import flags
@@ -33,13 +32,10 @@ def main(argv):
   del argv
   try:
     import nbformat  # pylint: disable=g-import-not-at-top
-    import nbclient  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise UserError("launch.colabs needs nbclient and nbformat: "
                     "pip install -e '.[colab]'") from None
-  folder = os.path.join(notebooks.ROOT, "colabs")
-  found = sorted(os.path.splitext(os.path.basename(p))[0]
-                 for p in glob.glob(os.path.join(folder, "*.ipynb")))
+  found = notebooks.names()
   names = _NOTEBOOKS.value or found
   unknown = [n for n in names if n not in found]
   if unknown:
@@ -51,13 +47,12 @@ def main(argv):
   with notebooks.kernel_specs() as specs:
     for name, out in zip(names, outs):
       logging.info("executing colabs/%s.ipynb at profile full", name)
-      nb = notebooks.set_profile(
-          nbformat.read(os.path.join(folder, f"{name}.ipynb"), as_version=4), "full")
+      nb = notebooks.set_profile(nbformat.read(notebooks.path(name), as_version=4),
+                                 "full")
       try:
         notebooks.execute(nb, specs, timeout_s=_TIMEOUT_S.value)
-      except nbclient.exceptions.CellExecutionError as e:
-        raise UserError(f"colabs/{name}.ipynb failed: "
-                        f"{str(e).strip().splitlines()[-1]}") from None
+      except notebooks.NotebookFailed as e:
+        raise UserError(f"colabs/{name}.ipynb failed: {e}") from None
       nbformat.write(nb, out)
       print(f"wrote {out}")
 

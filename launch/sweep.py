@@ -4,10 +4,14 @@ Runs the config file's sweep(add) grid, batching runs that share shapes over
 all devices, skipping runs already finished in W, and writes W/table.{csv,json,md}
 and, when the config file has the paper's numbers (PAPER, PANEL), W/paper.md.
 Compiled steps are cached in W/jax_cache (JAX's persistent compilation cache):
-the runs of a shape group, and a restarted sweep, skip most compile time.
+runs that differ only in their seed, and a restarted sweep, load the step
+instead of compiling it again.
 """
 
+import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,17 +37,33 @@ _WORKERS = flags.DEFINE_integer(
     "each takes the largest shape group not yet taken. E.g. the number of cores.")
 _WORKER_INDEX = flags.DEFINE_integer("worker_index", None,
                                      "Set by --workers for its child processes.")
+_WORKER_CLAIMS = flags.DEFINE_string("worker_claims", None,
+                                     "Set by --workers for its child processes.")
 
 
 def run_workers(count):
-  """Starts `count` worker processes and waits for all; fails if one failed."""
-  sweep.clear_claims(_WORKDIR.value)
+  """Starts `count` worker processes and waits for all; fails if one failed.
+
+  If this process stops (an error, Ctrl-C, SIGTERM), the workers are stopped too.
+  """
+  claims = sweep.claims_folder(_WORKDIR.value)
   procs = []
-  for i in range(count):
-    argv, env = sweep.worker_command(sys.argv, i, count)
-    procs.append(subprocess.Popen(argv, env=env))
-  codes = [p.wait() for p in procs]
-  sweep.clear_claims(_WORKDIR.value)
+  # SIGTERM (e.g. from a job scheduler) unwinds like Ctrl-C, through `finally`.
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+  try:
+    for i in range(count):
+      argv, env = sweep.worker_command(sys.argv, i, count, claims)
+      procs.append(subprocess.Popen(argv, env=env))
+    codes = [p.wait() for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.terminate()
+    for p in procs:
+      p.wait()
+    shutil.rmtree(claims, ignore_errors=True)
+    with contextlib.suppress(OSError):  # Other workers' claims may be there.
+      os.rmdir(os.path.dirname(claims))
   failed = [i for i, c in enumerate(codes) if c]
   if failed:
     raise UserError(f"sweep worker(s) {failed} exited with {codes}; their "
@@ -55,10 +75,6 @@ def main(argv):
   if _DISTRIBUTED.value:
     jax.distributed.initialize()
   started = time.time()
-  # Runs of a shape group compile the same step: later ones load it from here.
-  jax.config.update("jax_compilation_cache_dir",
-                    os.path.join(_WORKDIR.value, "jax_cache"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   workers = _WORKERS.value
   if workers < 1:
     raise UserError(f"--workers={workers}; use 1 or more")
@@ -70,7 +86,7 @@ def main(argv):
       run_workers(workers)
   elif _WORKER_INDEX.value is not None:
     sweep.run_sweep(_CONFIG.value, _WORKDIR.value, _BATCHING.value,
-                    worker=(_WORKER_INDEX.value, workers))
+                    worker=(_WORKER_INDEX.value, workers, _WORKER_CLAIMS.value))
     return
   rows = sweep.run_sweep(_CONFIG.value, _WORKDIR.value, _BATCHING.value,
                          aggregate_only=_AGGREGATE_ONLY.value or workers > 1,

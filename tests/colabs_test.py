@@ -6,7 +6,6 @@ this interpreter, the repository root as working directory). Smoke runs write
 only to temporary folders: the test checks that results/ is unchanged.
 """
 
-import glob
 import json
 import math
 import os
@@ -15,7 +14,6 @@ import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
-import nbclient
 import nbformat
 
 from tests import cli_helpers
@@ -24,7 +22,7 @@ from ut import plots
 from ut.errors import UserError
 
 ROOT = notebooks.ROOT
-NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "colabs", "*.ipynb")))
+NOTEBOOKS = [notebooks.path(n) for n in notebooks.names()]
 CELL_TIMEOUT_S = 300
 
 
@@ -44,13 +42,7 @@ class NotebooksTest(parameterized.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.specs_context = notebooks.kernel_specs()
-    cls.kernel_specs = cls.specs_context.__enter__()
-
-  @classmethod
-  def tearDownClass(cls):
-    cls.specs_context.__exit__(None, None, None)
-    super().tearDownClass()
+    cls.kernel_specs = cls.enterClassContext(notebooks.kernel_specs())
 
   def test_notebooks_found(self):
     self.assertNotEmpty(NOTEBOOKS)
@@ -74,10 +66,16 @@ class NotebooksTest(parameterized.TestCase):
     before = _results_snapshot()
     try:
       notebooks.execute(nb, self.kernel_specs, timeout_s=CELL_TIMEOUT_S)
-    except nbclient.exceptions.CellExecutionError as e:
-      self.fail(f"{os.path.basename(path)} failed at smoke profile:\n{e}")
+    except notebooks.NotebookFailed as e:
+      self.fail(f"{os.path.basename(path)} failed at smoke profile:\n{e.detail}")
     self.assertEqual(before, _results_snapshot(),
                      "a smoke run changed results/: write to a temporary folder")
+
+  def test_a_failing_cell_raises_notebook_failed(self):
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("raise ValueError('boom in cell')")])
+    with self.assertRaisesRegex(notebooks.NotebookFailed, "boom in cell"):
+      notebooks.execute(nb, self.kernel_specs, timeout_s=60)
 
   def test_set_profile_needs_the_parameters_cell(self):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])

@@ -86,6 +86,32 @@ class SweepTest(absltest.TestCase):
       self.assertEqual(os.path.getmtime(os.path.join(tmp, "runs", n,
                                                      "metrics.json")), mtime)
 
+  def test_runs_recorded_with_another_config(self):
+    """An older record lacking a field added since counts as done; one whose
+    config differs stops the sweep with a one-line error naming the field."""
+    tmp = self.create_tempdir().full_path
+    runs = sweep.collect_runs(sweep_config, "sparse")
+    for i, (name, config) in enumerate(runs):
+      recorded = json.loads(config.to_json_best_effort())
+      del recorded["model"]["mlp_width"]  # As recorded before it existed.
+      if i == 2:
+        recorded["train"]["steps"] = 999
+      os.makedirs(os.path.join(tmp, "runs", name))
+      with open(os.path.join(tmp, "runs", name, "metrics.json"), "w") as f:
+        json.dump(dict(config=recorded, name=name, eval_accuracy=0.5,
+                       task="dyck", kind="sparse", variant="res_ln_mlp"), f)
+    proc = run_sweep_cli(tmp, 1, "sparse", "--aggregate_only")
+    cli_helpers.assert_one_line_error(
+        self, proc, rf"runs/{re.escape(runs[2][0])} was recorded with another "
+        r"config \(differs in train.steps\)")
+    os.remove(os.path.join(tmp, "runs", runs[2][0], "metrics.json"))
+    proc = run_sweep_cli(tmp, 1, "sparse", "--aggregate_only")
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    with open(os.path.join(tmp, "table.json")) as f:
+      table = json.load(f)
+    self.assertEqual([r["seeds"] for r in table["rows"]], [2])  # One cell.
+    self.assertEqual(table["missing_runs"], [runs[2][0]])
+
   def test_workers_share_the_groups(self):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, 1, "kinds", "--workers=2")
@@ -95,9 +121,10 @@ class SweepTest(absltest.TestCase):
     self.assertLen(trained, 2)
     self.assertEqual(sum(trained), 3)
     claimed = re.findall(r"claimed shape group (\S+)", proc.stderr)
-    self.assertCountEqual(claimed, set(claimed))  # Each group trained once.
     self.assertLen(claimed, 3)
-    self.assertFalse(os.path.exists(os.path.join(tmp, sweep.CLAIMS)))
+    self.assertLen(set(claimed), 3)  # Each group trained once.
+    self.assertFalse(os.path.exists(os.path.join(tmp, "claims")))
+    self.assertNotEmpty(os.listdir(os.path.join(tmp, "jax_cache")))
     with open(os.path.join(tmp, "table.json")) as f:
       table = json.load(f)
     self.assertEqual(table["missing_runs"], [])
@@ -110,13 +137,14 @@ class SweepTest(absltest.TestCase):
       np.testing.assert_allclose(got["eval_loss"], want["eval_loss"], rtol=1e-4,
                                  err_msg=name)
 
-  def test_claim_is_given_once_until_cleared(self):
+  def test_claim_is_given_once_per_set_of_workers(self):
     tmp = self.create_tempdir().full_path
-    self.assertTrue(sweep.claim(tmp, "run_a"))
-    self.assertFalse(sweep.claim(tmp, "run_a"))
-    self.assertTrue(sweep.claim(tmp, "run_b"))
-    sweep.clear_claims(tmp)
-    self.assertTrue(sweep.claim(tmp, "run_a"))
+    first, second = sweep.claims_folder(tmp), sweep.claims_folder(tmp)
+    self.assertNotEqual(first, second)
+    self.assertTrue(sweep.claim(first, "run_a"))
+    self.assertFalse(sweep.claim(first, "run_a"))
+    self.assertTrue(sweep.claim(first, "run_b"))
+    self.assertTrue(sweep.claim(second, "run_a"))  # A later set starts afresh.
 
   def test_cost_proxy_orders_by_size(self):
     configs = dict(sweep.collect_runs(sweep_config, "kinds"))

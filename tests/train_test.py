@@ -191,7 +191,9 @@ class TrainAndEvaluateTest(parameterized.TestCase):
       train.train_and_evaluate(other, workdir)
     differing = re.search(r"differs in ([^)]*)\)", str(cm.exception))
     self.assertIsNotNone(differing, str(cm.exception))
-    self.assertEqual(set(differing.group(1).split(", ")), {"model", "train"})
+    fields = set(differing.group(1).split(", "))  # Dotted: the exact fields.
+    self.assertEqual({f.split(".")[0] for f in fields}, {"model", "train"})
+    self.assertContainsSubset({"model.kind", "train.lr"}, fields)
     self.assertIn("--workdir", str(cm.exception))
     # Nothing in the workdir was touched.
     self.assertEqual(read_json(os.path.join(workdir, "config.json")),

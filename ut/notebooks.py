@@ -7,6 +7,7 @@ the user), with the repository root as working directory.
 """
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -18,6 +19,16 @@ from ut.errors import UserError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL = "ut-notebooks"
 PROFILES = ("smoke", "full")
+
+
+def names():
+  """The notebooks in colabs/, by name (no .ipynb)."""
+  return sorted(os.path.splitext(os.path.basename(p))[0]
+                for p in glob.glob(os.path.join(ROOT, "colabs", "*.ipynb")))
+
+
+def path(name):
+  return os.path.join(ROOT, "colabs", f"{name}.ipynb")
 
 
 def profile_line(profile):
@@ -56,12 +67,26 @@ def set_profile(nb, profile):
 def execute(nb, specs, *, timeout_s):
   """Runs every cell of nb in place (from the repository root); returns nb.
 
-  Raises nbclient.exceptions.CellExecutionError naming the failing cell.
+  Raises NotebookFailed (a UserError) naming the failing cell's error, a cell
+  over timeout_s, or a kernel that died.
   """
   from jupyter_client import AsyncKernelManager  # pylint: disable=g-import-not-at-top
   import nbclient  # pylint: disable=g-import-not-at-top
   km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
   client = nbclient.NotebookClient(nb, km=km, timeout=timeout_s,
                                    resources={"metadata": {"path": ROOT}})
-  client.execute()
+  errors = nbclient.exceptions
+  try:
+    client.execute()
+  except (errors.CellExecutionError, errors.CellTimeoutError,
+          errors.DeadKernelError) as e:
+    raise NotebookFailed(str(e).strip().splitlines()[-1], detail=str(e)) from None
   return nb
+
+
+class NotebookFailed(UserError):
+  """A notebook cell failed; `detail` holds nbclient's whole message."""
+
+  def __init__(self, message, detail):
+    super().__init__(message)
+    self.detail = detail

@@ -23,7 +23,6 @@ them. Each host generates the batches of every run (they are tiny), and only
 process 0 writes files.
 """
 
-import copy
 import functools
 import importlib.util
 import json
@@ -31,6 +30,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import time
 
 from absl import logging
@@ -181,18 +181,19 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
   """Runs every unfinished run of the config's sweep; returns the aggregate rows.
 
   aggregate_only: train nothing; tabulate the finished runs and name the rest.
-  worker: (index, count) to train only shape groups index, index + count, ...
-    and write no table (one of `count` worker processes, see `worker_command`);
-    returns None.
+  worker: (index, count, claims) to be one of `count` worker processes (see
+    `worker_command`): train the largest shape groups not yet claimed in the
+    folder `claims`, write no table, return None.
   started: time.time() at which the sweep began (for the table's wall time).
   """
   module = load_config_module(config_path)
   arg = config_path.split(":", 1)[1] if ":" in config_path else None
   runs = collect_runs(module, arg)
+  use_compilation_cache(workdir)
   groups = {}
   for name, config in runs:
     groups.setdefault(group_key(config), []).append((name, config))
-  todo = sum(1 for name, _ in runs if not _done(workdir, name))
+  todo = sum(1 for name, config in runs if not _done(workdir, name, config))
   logging.info("%d runs in %d shape groups; %d to do, %d device(s)", len(runs),
                len(groups), todo, jax.device_count())
   started = time.time() if started is None else started
@@ -204,11 +205,11 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
                else "one run after another (single CPU device)")
   claimed = 0
   for members in mine:
-    pending = [(n, c) for n, c in members if not _done(workdir, n)]
+    pending = [(n, c) for n, c in members if not _done(workdir, n, c)]
     if not pending or aggregate_only:
       continue
     if worker is not None:
-      if not claim(workdir, members[0][0]):
+      if not claim(worker[2], members[0][0]):
         continue
       claimed += 1
       logging.info("worker %d of %d claimed shape group %s (%d runs)", worker[0],
@@ -240,8 +241,8 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     logging.info("worker %d of %d: trained %d of %d shape groups", worker[0],
                  worker[1], claimed, len(groups))
     return None
-  finished = [n for n, _ in runs if _done(workdir, n)]
-  missing = [n for n, _ in runs if not _done(workdir, n)]
+  finished = [n for n, c in runs if _done(workdir, n, c)]
+  missing = [n for n, c in runs if not _done(workdir, n, c)]
   if not finished:
     raise UserError(f"no finished runs of this sweep in {workdir}")
   rows = aggregate(workdir, finished)
@@ -279,22 +280,14 @@ def cost_proxy(config):
           * (2 if spec.variant == "res_ln_mlp" else 1))
 
 
-CLAIMS = "claims"  # Under the sweep folder: one file per claimed shape group.
+def claims_folder(workdir):
+  """A new folder for one set of workers' claims (removed when they are done)."""
+  os.makedirs(os.path.join(workdir, "claims"), exist_ok=True)
+  return tempfile.mkdtemp(prefix=f"{os.getpid()}_", dir=os.path.join(workdir, "claims"))
 
 
-def clear_claims(workdir):
-  """Forgets every claim: call before starting a new set of workers."""
-  folder = os.path.join(workdir, CLAIMS)
-  if os.path.isdir(folder):
-    for name in os.listdir(folder):
-      os.remove(os.path.join(folder, name))
-    os.rmdir(folder)
-
-
-def claim(workdir, first_run):
+def claim(folder, first_run):
   """True for the one worker that creates the group's claim file first."""
-  folder = os.path.join(workdir, CLAIMS)
-  os.makedirs(folder, exist_ok=True)
   try:
     os.close(os.open(os.path.join(folder, first_run), os.O_CREAT | os.O_EXCL))
   except FileExistsError:
@@ -302,7 +295,14 @@ def claim(workdir, first_run):
   return True
 
 
-def worker_command(argv, index, count):
+def use_compilation_cache(workdir):
+  """JAX's persistent compilation cache in <workdir>/jax_cache: runs that differ
+  only in their seed compile the same step, so all but the first load it."""
+  jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, "jax_cache"))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+def worker_command(argv, index, count, claims):
   """(argv, env) of worker process `index` of `count` for a sweep on CPU.
 
   For small models XLA's ops are mostly single-threaded, so a CPU host runs
@@ -315,9 +315,9 @@ def worker_command(argv, index, count):
   env = dict(os.environ)
   env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
                       " --xla_cpu_multi_thread_eigen=false").strip()
-  args = [a for a in argv[1:] if not a.startswith(("--workers", "--worker_index"))]
+  args = [a for a in argv[1:] if not a.startswith(("--workers", "--worker_"))]
   return ([sys.executable, "-m", "launch.sweep", *args, f"--workers={count}",
-           f"--worker_index={index}"], env)
+           f"--worker_index={index}", f"--worker_claims={claims}"], env)
 
 
 def _total_seconds(workdir, names):
@@ -354,13 +354,26 @@ def _target_dir(workdir, name, config, members):
   return os.path.join(_run_dir(workdir, name), "target")
 
 
-def _done(workdir, name):
-  """A run is done once the sweep recorded it (not merely trained it)."""
+def _done(workdir, name, config):
+  """A run is done once the sweep recorded it (not merely trained it).
+
+  Raises UserError if it was recorded with a config other than `config` (an
+  older version of the grid): its result must not enter this table.
+  """
   path = _metrics_path(workdir, name)
   if not os.path.exists(path):
     return False
   with open(path) as f:
-    return "config" in json.load(f)
+    recorded = json.load(f).get("config")
+  if recorded is None:
+    return False
+  diff = train.config_diff(train.stored_config(recorded),
+                           json.loads(config.to_json_best_effort()))
+  if diff:
+    raise UserError(f"{_run_dir(workdir, name)} was recorded with another config "
+                    f"(differs in {', '.join(diff)}); use a fresh --workdir, or "
+                    f"delete that run folder to train it again")
+  return True
 
 
 def aggregate(workdir, names):
@@ -369,7 +382,7 @@ def aggregate(workdir, names):
   for name in names:
     with open(_metrics_path(workdir, name)) as f:
       r = json.load(f)
-    cfg = copy.deepcopy(r["config"])
+    cfg = train.stored_config(r["config"])
     cfg.pop("seed", None)
     key = json.dumps(cfg, sort_keys=True)
     cells.setdefault(key, []).append(r)

@@ -193,19 +193,47 @@ def train_batch(config, task, step):
                     data_lib.stream_seed(config.seed, 0, step))
 
 
+# Config fields added after runs were recorded: their value in older runs.
+_ADDED_FIELDS = {"model.mlp_width": 0}
+
+
+def stored_config(config_dict):
+  """A config read back from a run's JSON, with fields added since filled in."""
+  out = json.loads(json.dumps(config_dict))
+  for dotted, value in _ADDED_FIELDS.items():
+    *parents, leaf = dotted.split(".")
+    node = out
+    for p in parents:
+      node = node.get(p) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+      node.setdefault(leaf, value)
+  return out
+
+
+def config_diff(a, b, prefix=""):
+  """Dotted names of the fields where two config dicts differ."""
+  out = []
+  for key in sorted(set(a) | set(b)):
+    x, y = a.get(key), b.get(key)
+    if isinstance(x, dict) and isinstance(y, dict):
+      out += config_diff(x, y, f"{prefix}{key}.")
+    elif x != y:
+      out.append(prefix + key)
+  return out
+
+
 def _check_workdir_config(config, workdir):
   """Writes config.json, or checks that a resumed run has the same config."""
   path = os.path.join(workdir, "config.json")
   current = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
     with open(path) as f:
-      stored = json.load(f)
+      stored = stored_config(json.load(f))
     if stored != current:
-      diff = sorted(k for k in set(stored) | set(current)
-                    if stored.get(k) != current.get(k))
       raise UserError(f"workdir {workdir} holds a run with a different config "
-                      f"(differs in {', '.join(diff)}); use a new --workdir to "
-                      f"start afresh, or the same config to resume")
+                      f"(differs in {', '.join(config_diff(stored, current))}); "
+                      f"use a new --workdir to start afresh, or the same config "
+                      f"to resume")
   else:
     reports.write_json(path, current)
 
@@ -217,7 +245,7 @@ def load_config(workdir):
     raise UserError(f"{workdir} has no config.json: is it a training workdir "
                     f"(python -m launch.train --workdir=...)?")
   with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
+    return ml_collections.ConfigDict(stored_config(json.load(f)))
 
 
 def checkpoint_manager(workdir, max_to_keep=2):
