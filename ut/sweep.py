@@ -308,9 +308,9 @@ def worker_command(argv, index, count, claims):
   For small models XLA's ops are mostly single-threaded, so a CPU host runs
   several single-threaded sweep processes side by side. Each takes the largest
   shape group (`cost_proxy`) that no worker has claimed yet (`claim`), so the
-  load balances itself. Measured on our 2-core machine, two such processes
-  each run 1.7x slower than one alone (they share the cores' caches and memory
-  bandwidth): 2 workers finish a sweep about 1.2x sooner than one.
+  load balances itself. On our 2-core machine two such processes each took
+  0.95-1.02x the time per step of one alone, and XLA's threads gave one process
+  no speed-up (`benchmarks/workers_bench.py`).
   """
   env = dict(os.environ)
   env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
