@@ -31,6 +31,7 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False,
 def main(argv):
   del argv
   try:
+    import nbclient  # pylint: disable=g-import-not-at-top,unused-import
     import nbformat  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise UserError("launch.colabs needs nbclient and nbformat: "

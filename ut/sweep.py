@@ -193,7 +193,8 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
   groups = {}
   for name, config in runs:
     groups.setdefault(group_key(config), []).append((name, config))
-  todo = sum(1 for name, config in runs if not _done(workdir, name, config))
+  done = {name: _done(workdir, name, config) for name, config in runs}
+  todo = sum(1 for name, _ in runs if not done[name])
   logging.info("%d runs in %d shape groups; %d to do, %d device(s)", len(runs),
                len(groups), todo, jax.device_count())
   started = time.time() if started is None else started
@@ -241,8 +242,10 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     logging.info("worker %d of %d: trained %d of %d shape groups", worker[0],
                  worker[1], claimed, len(groups))
     return None
-  finished = [n for n, c in runs if _done(workdir, n, c)]
-  missing = [n for n, c in runs if not _done(workdir, n, c)]
+  # Runs another worker or this process finished since the start count too.
+  done = {n: _done(workdir, n, c) for n, c in runs}
+  finished = [n for n, _ in runs if done[n]]
+  missing = [n for n, _ in runs if not done[n]]
   if not finished:
     raise UserError(f"no finished runs of this sweep in {workdir}")
   rows = aggregate(workdir, finished)
