@@ -6,8 +6,8 @@ r"""How many sweep processes to run on a CPU host: one, N single-threaded, or th
 Each case is the train step of a default config (the configs `launch.sweep`
 runs), timed in fresh processes three ways, side by side in one invocation:
 
-alone     one process with XLA's CPU threads off (`--xla_cpu_multi_thread_eigen
-          =false`), as `launch.sweep --workers` starts its workers;
+alone     one process with XLA's CPU threads off (`ut.sweep.single_threaded_env`),
+          as `launch.sweep --workers` starts its workers;
 together  --workers such processes started at once; each waits, warmed up, until
           all are, so their timed blocks run at the same time;
 threads   one process with XLA's default threads.
@@ -42,7 +42,6 @@ CASES = {
     "khop_random_attn_k2": ("khop", "model=random,variant=attn,k=2"),
     "khop_sparse_res_ln_k2": ("khop", "model=sparse,variant=res_ln,k=2"),
 }
-SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 
 
 def time_case(name, repeats, block_s):
@@ -76,9 +75,8 @@ def time_case(name, repeats, block_s):
 
 
 def _spawn(name, single_thread):
-  env = dict(os.environ)
-  if single_thread:
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + SINGLE_THREAD).strip()
+  from ut import sweep  # pylint: disable=g-import-not-at-top
+  env = sweep.single_threaded_env(os.environ) if single_thread else dict(os.environ)
   return subprocess.Popen(
       [sys.executable, "-m", "benchmarks.workers_bench", f"--child={name}",
        f"--repeats={_REPEATS.value}", f"--block_s={_BLOCK_S.value}"],

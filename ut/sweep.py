@@ -305,6 +305,14 @@ def use_compilation_cache(workdir):
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
+def single_threaded_env(environ):
+  """A copy of `environ` whose XLA_FLAGS turn XLA's CPU threads off."""
+  env = dict(environ)
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                      " --xla_cpu_multi_thread_eigen=false").strip()
+  return env
+
+
 def worker_command(argv, index, count, claims):
   """(argv, env) of worker process `index` of `count` for a sweep on CPU.
 
@@ -315,9 +323,7 @@ def worker_command(argv, index, count, claims):
   0.95-1.02x the time per step of one alone, and XLA's threads gave one process
   no speed-up (`benchmarks/workers_bench.py`).
   """
-  env = dict(os.environ)
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                      " --xla_cpu_multi_thread_eigen=false").strip()
+  env = single_threaded_env(os.environ)
   args = [a for a in argv[1:] if not a.startswith(("--workers", "--worker_"))]
   return ([sys.executable, "-m", "launch.sweep", *args, f"--workers={count}",
            f"--worker_index={index}", f"--worker_claims={claims}"], env)
