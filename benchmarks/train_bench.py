@@ -266,7 +266,7 @@ def bench_step(case, roofline, repeats, min_block_s):
                                     microbatches=1))
   shape = (f"{spec.kind}/{spec.variant} M={spec.model_width} H={spec.num_heads} "
            f"L={spec.num_layers} T={t} B={b} "
-           f"microbatches={train.default_microbatches(b, t)}")
+           f"microbatches={train.default_microbatches(b, t, spec)}")
   return Result(case.name, statistics.median(rates),
                 xla_flops(whole.lower(holder[0], batch).compile()),
                 analytic, roof_flops / statistics.median(roof_secs),

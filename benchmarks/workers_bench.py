@@ -1,4 +1,4 @@
-r"""How many sweep processes to run on a CPU host: one, N single-threaded, or threads.
+r"""How to run a sweep on a CPU host: one process, or N workers pinned or not.
 
   python -m benchmarks.workers_bench                 # < 3 min on 2 CPUs
   python -m benchmarks.workers_bench --workers=2 --cases=khop_random_attn_k2
@@ -6,17 +6,18 @@ r"""How many sweep processes to run on a CPU host: one, N single-threaded, or th
 Each case is the train step of a default config (the configs `launch.sweep`
 runs), timed in fresh processes three ways, side by side in one invocation:
 
-alone     one process with XLA's CPU threads off (`ut.sweep.single_threaded_env`),
-          as `launch.sweep --workers` starts its workers;
-together  --workers such processes started at once; each waits, warmed up, until
-          all are, so their timed blocks run at the same time;
-threads   one process with XLA's default threads.
+alone     one process on all the CPUs (XLA runs independent ops of a step on
+          several of them);
+unpinned  --workers such processes at once, each free to use every CPU;
+pinned    --workers such processes at once, each pinned to its share of the
+          CPUs (`ut.sweep.worker_cpus`), as `launch.sweep --workers` starts them.
 
-A process compiles the step, runs it once, then times --repeats blocks of whole
-steps on one batch and prints the median ms/step. Reported per case: the
-slow-down of a process among `together` against `alone`, the throughput of the
+Processes run together start their timed blocks at once: each waits, warmed up,
+until all are. A process compiles the step, runs it once, then times --repeats
+blocks of whole steps on one batch and prints the median ms/step. Reported per
+case: ms/step of each way (the median over processes), and the throughput of the
 workers against one process alone (workers * alone / together: above 1 means
-`--workers` finishes a sweep sooner), and threads against alone.
+`--workers` finishes a sweep sooner than one process).
 """
 
 import functools
@@ -41,6 +42,7 @@ CASES = {
     "dyck_sparse_res_ln": ("dyck", "model=sparse,variant=res_ln"),
     "khop_random_attn_k2": ("khop", "model=random,variant=attn,k=2"),
     "khop_sparse_res_ln_k2": ("khop", "model=sparse,variant=res_ln,k=2"),
+    "khop_sparse_res_ln_mlp_k4": ("khop", "model=sparse,variant=res_ln_mlp,k=4"),
 }
 
 
@@ -74,14 +76,14 @@ def time_case(name, repeats, block_s):
   return statistics.median(1e3 * run(n) / n for _ in range(repeats))
 
 
-def _spawn(name, single_thread):
-  from ut import sweep  # pylint: disable=g-import-not-at-top
-  env = sweep.single_threaded_env(os.environ) if single_thread else dict(os.environ)
+def _spawn(name, cpus=None):
+  """A timing process for case `name`, pinned to `cpus` unless None."""
   return subprocess.Popen(
       [sys.executable, "-m", "benchmarks.workers_bench", f"--child={name}",
        f"--repeats={_REPEATS.value}", f"--block_s={_BLOCK_S.value}"],
-      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True)
+      preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True)
 
 
 def _ms(procs):
@@ -90,7 +92,10 @@ def _ms(procs):
     if p.stdout.readline().strip() != "ready":
       p.wait()
       raise RuntimeError("a timing process failed: " + p.stderr.read()[-2000:])
-  outs = [p.communicate("go\n") for p in procs]
+  for p in procs:  # All at once (communicate() would start them one by one).
+    p.stdin.write("go\n")
+    p.stdin.flush()
+  outs = [p.communicate() for p in procs]
   for p, (_, err) in zip(procs, outs):
     if p.returncode:
       raise RuntimeError("a timing process failed: " + err[-2000:])
@@ -112,16 +117,18 @@ def main(argv):
   load = os.getloadavg()[0]
   print(f"[workers] {os.cpu_count()} CPUs, 1-min load average {load:.1f}; "
         f"{w} processes together; medians of {_REPEATS.value} blocks")
-  print(f"{'case':24s} {'alone':>8s} {'together':>9s} {'threads':>8s} "
-        f"{'slow-down':>9s} {'workers/1':>9s} {'threads/1':>9s}")
-  print(f"{'':24s} {'ms/step':>8s} {'ms/step':>9s} {'ms/step':>8s}")
+  from ut import sweep  # pylint: disable=g-import-not-at-top
+  print(f"{'case':24s} {'alone':>8s} {'unpinned':>9s} {'pinned':>8s} "
+        f"{'unpinned/1':>10s} {'pinned/1':>9s}")
+  print(f"{'':24s} {'ms/step':>8s} {'ms/step':>9s} {'ms/step':>8s} "
+        f"{'throughput':>10s} {'throughput':>9s}")
   for name in names:
-    alone = _ms([_spawn(name, True)])[0]
-    together = statistics.median(_ms([_spawn(name, True) for _ in range(w)]))
-    threads = _ms([_spawn(name, False)])[0]
-    print(f"{name:24s} {alone:8.2f} {together:9.2f} {threads:8.2f} "
-          f"{together / alone:9.2f} {w * alone / together:9.2f} "
-          f"{alone / threads:9.2f}")
+    alone = _ms([_spawn(name)])[0]
+    unpinned = statistics.median(_ms([_spawn(name) for _ in range(w)]))
+    pinned = statistics.median(_ms([_spawn(name, sweep.worker_cpus(i, w))
+                                    for i in range(w)]))
+    print(f"{name:24s} {alone:8.2f} {unpinned:9.2f} {pinned:8.2f} "
+          f"{w * alone / unpinned:10.2f} {w * alone / pinned:9.2f}")
 
 
 if __name__ == "__main__":

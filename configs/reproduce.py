@@ -17,7 +17,7 @@ full   the tables as reported: simulate (bounds and errors), threshold (figure),
 quick  the same pipeline at smoke size (4 training steps, 1 seed, one mix,
        k = 1): checks that every step runs, in a few minutes. Its numbers mean
        nothing.
-workers: single-threaded processes per sweep (`launch.sweep --workers`); on
+workers: pinned worker processes per sweep (`launch.sweep --workers`); on
        CPU hosts, use the number of cores.
 """
 

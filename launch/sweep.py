@@ -33,8 +33,9 @@ _AGGREGATE_ONLY = flags.DEFINE_bool(
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False,
                                  "Call jax.distributed.initialize() (multi-host).")
 _WORKERS = flags.DEFINE_integer(
-    "workers", 1, "CPU only: train in this many single-threaded processes; "
-    "each takes the largest shape group not yet taken. E.g. the number of cores.")
+    "workers", 1, "CPU only: train in this many processes, each pinned to its "
+    "share of the CPUs; each takes the largest run (or vmapped group) not yet "
+    "taken. E.g. the number of cores.")
 _WORKER_INDEX = flags.DEFINE_integer("worker_index", None,
                                      "Set by --workers for its child processes.")
 _WORKER_CLAIMS = flags.DEFINE_string("worker_claims", None,
@@ -52,8 +53,9 @@ def run_workers(count):
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
   try:
     for i in range(count):
-      argv, env = sweep.worker_command(sys.argv, i, count, claims)
-      procs.append(subprocess.Popen(argv, env=env))
+      argv, cpus = sweep.worker_command(sys.argv, i, count, claims)
+      procs.append(subprocess.Popen(
+          argv, preexec_fn=lambda cpus=cpus: os.sched_setaffinity(0, cpus)))
     codes = [p.wait() for p in procs]
   finally:
     for p in procs:

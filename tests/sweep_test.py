@@ -112,17 +112,17 @@ class SweepTest(absltest.TestCase):
     self.assertEqual([r["seeds"] for r in table["rows"]], [2])  # One cell.
     self.assertEqual(table["missing_runs"], [runs[2][0]])
 
-  def test_workers_share_the_groups(self):
+  def test_workers_share_the_runs(self):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, 1, "kinds", "--workers=2")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     trained = [int(n) for n in re.findall(
-        r"worker \d of 2: trained (\d) of 3 shape groups", proc.stderr)]
+        r"worker \d of 2: trained (\d) of 6 work units", proc.stderr)]
     self.assertLen(trained, 2)
-    self.assertEqual(sum(trained), 3)
-    claimed = re.findall(r"claimed shape group (\S+)", proc.stderr)
-    self.assertLen(claimed, 3)
-    self.assertLen(set(claimed), 3)  # Each group trained once.
+    self.assertEqual(sum(trained), 6)  # One run per unit on one CPU device.
+    claimed = re.findall(r"claimed (\S+) \(1 runs\)", proc.stderr)
+    self.assertLen(claimed, 6)
+    self.assertLen(set(claimed), 6)  # Each run trained once.
     self.assertFalse(os.path.exists(os.path.join(tmp, "claims")))
     self.assertNotEmpty(os.listdir(os.path.join(tmp, "jax_cache")))
     with open(os.path.join(tmp, "table.json")) as f:
@@ -145,6 +145,35 @@ class SweepTest(absltest.TestCase):
     self.assertFalse(sweep.claim(first, "run_a"))
     self.assertTrue(sweep.claim(first, "run_b"))
     self.assertTrue(sweep.claim(second, "run_a"))  # A later set starts afresh.
+
+  def test_work_units_keep_compiled_runs_after_their_target(self):
+    runs = sweep.collect_runs(sweep.load_config_module(
+        os.path.join(ROOT, "configs", "dyck_table.py")),
+        "smoke,kinds=trained+random,variants=attn,seeds=2,mixes=hard")
+    groups = {}
+    for name, config in runs:
+      groups.setdefault(sweep.group_key(config), []).append((name, config))
+    groups = list(groups.values())
+    self.assertIs(sweep.work_units(groups, vmapped=True), groups)
+    units = sweep.work_units(groups, vmapped=False)
+    self.assertCountEqual([n for unit in units for n, _ in unit],
+                          [n for n, _ in runs])
+    self.assertLen(units, 4)  # 2 seeds x 2 kinds.
+    for unit in units:
+      (target, config), *compiled_runs = unit
+      self.assertEqual(config.compiled, "")
+      # The trained model's two compiled-UT runs follow it; random has none.
+      self.assertLen(compiled_runs, 2 if config.model.kind == "trained" else 0)
+      for name, c in compiled_runs:
+        self.assertEqual(name.split("_compiled=")[0], target)
+
+  def test_worker_cpus_split_the_cpus(self):
+    cpus = {0, 1, 2, 3, 4}
+    shares = [sweep.worker_cpus(i, 2, cpus) for i in range(2)]
+    self.assertEqual(shares, [{0, 1, 2}, {3, 4}])
+    self.assertEqual([sweep.worker_cpus(i, 3, {0, 1}) for i in range(3)],
+                     [{0}, {1}, {0}])  # More workers than CPUs: round robin.
+    self.assertLessEqual(sweep.worker_cpus(0, 1), os.sched_getaffinity(0))
 
   def test_cost_proxy_orders_by_size(self):
     configs = dict(sweep.collect_runs(sweep_config, "kinds"))

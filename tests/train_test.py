@@ -161,6 +161,34 @@ class TrainAndEvaluateTest(parameterized.TestCase):
                  "mlp/b1", "mlp/w2", "mlp/b2", "embed/token", "unembed"):
       self.assertFalse(np.array_equal(after[name], before[name]), name)
 
+  @parameterized.parameters("sparse", "random")
+  def test_microbatched_step_equals_whole_batch_step(self, kind):
+    config = smoke_config("khop", f"model={kind},variant=res_ln_mlp",
+                          batch_size=8)
+    task = data_lib.make_task(config)
+    spec = train.model_spec(config, task.info)
+    state, tx, _ = train.init_state(config, spec)
+    batch = train.train_batch(config, task, 0)
+    steps = [jax.jit(lambda s, b, n=n: train.train_step(
+        s, b, spec=spec, tx=tx, microbatches=n))(state, batch) for n in (1, 4)]
+    (whole, whole_metrics), (parts, parts_metrics) = steps
+    chex.assert_trees_all_close(parts.params, whole.params, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(parts_metrics["loss"], whole_metrics["loss"],
+                               rtol=1e-5)
+    self.assertEqual(int(parts_metrics["count"]), int(whole_metrics["count"]))
+
+  def test_default_microbatches_by_state_size(self):
+    spec = lambda kind, **kw: models.ModelSpec(kind, "res_ln", 6, 32, 4, **kw)
+    sparse_k4 = spec("sparse", num_layers=5, width=32)  # m = 4000.
+    self.assertEqual(sparse_k4.model_width, 4000)
+    self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 8)
+    self.assertEqual(train.default_microbatches(256, 64, spec("random")), 8)
+    self.assertEqual(train.default_microbatches(32, 32, spec("trained", width=64)),
+                     1)
+    # Always a divisor of the batch, and at most one string per microbatch.
+    self.assertEqual(train.default_microbatches(30, 32, sparse_k4), 10)
+    self.assertEqual(train.default_microbatches(2, 128, sparse_k4), 2)
+
   def test_two_runs_are_identical(self):
     config = smoke_config()
     dirs = [self.create_tempdir().full_path for _ in range(2)]

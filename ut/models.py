@@ -194,13 +194,26 @@ def attention(params, spec, z_BxTxM, layer, precision=None):
       causal=spec.causal, precision=precision)
 
 
-def _layer_norm_levels(levels, eps=1e-5):
-  """`layer_norm` of the concatenation of per-level arrays, level by level."""
+def _level_stats(levels, eps=1e-5):
+  """LayerNorm's mean and 1/std, (B, T, 1), of the concatenation of `levels`."""
   m = sum(z.shape[-1] for z in levels)
   mean = sum(z.sum(-1, keepdims=True) for z in levels) / m
   var = sum(jnp.square(z - mean).sum(-1, keepdims=True) for z in levels) / m
-  inv = jax.lax.rsqrt(var + eps)
-  return [(z - mean) * inv for z in levels]
+  return mean, jax.lax.rsqrt(var + eps)
+
+
+def _normed_matmul(levels, rows, stats, precision):
+  """layer_norm(concat(levels)) @ concat(rows), without the normalised state.
+
+  LN(z) W = inv (z W - mean 1^T W): one pass over the m-wide state and no
+  m-wide temporary (the state is memory-bound; see `_apply_sparse`).
+  """
+  mean, inv = stats
+  zw = sum(jnp.einsum("btm,mf->btf", z, w[:z.shape[-1]], precision=precision)
+           for z, w in zip(levels, rows) if z is not None)
+  colsum = sum(w[:z.shape[-1]].sum(0) for z, w in zip(levels, rows)
+               if z is not None)
+  return inv * (zw - mean * colsum[None, None])
 
 
 def _string_major(ut, w, axis=-1):
@@ -220,24 +233,35 @@ def _string_major(ut, w, axis=-1):
   return out
 
 
-def _route_string_major(ut, levels, *, causal, precision):
+def _route_string_major(ut, levels, *, causal, precision, stats=None):
   """`sparse.route_levels` for levels in `_string_major` order.
 
   A level may hold only the leading roles of each string (the leaves route out
   their state role alone); what it routes into the level above then does too.
+  With stats = (mean, inv) from `_level_stats` it routes the LayerNorm of the
+  levels without forming it: A LN(z) = (A diag(inv)) z - A (mean inv) 1^T.
   """
   h = ut.num_heads
   b, t = levels[0].shape[:2]
+  root = levels[0] if stats is None else (levels[0] - stats[0]) * stats[1]
   a_BxHxTxT = sparse._root_attention(  # pylint: disable=protected-access
-      ut, levels[0], causal=causal, precision=precision)
+      ut, root, causal=causal, precision=precision)
   # Columns (s, g): level j+1's rows (s, g.t') are then a reshape.
-  a_BxTxTH = a_BxHxTxT.transpose(0, 2, 3, 1).reshape(b, t, t * h)
+  a_BxTxTxH = a_BxHxTxT.transpose(0, 2, 3, 1)
+  shift_BxTx1 = 0.0
+  if stats is not None:
+    mean_BxTx1, inv_BxTx1 = stats
+    shift_BxTx1 = jnp.einsum("btsh,bs->bt", a_BxTxTxH,
+                             (mean_BxTx1 * inv_BxTx1)[..., 0],
+                             precision=precision)[..., None]
+    a_BxTxTxH = a_BxTxTxH * inv_BxTx1[:, None]
   routed = [j for j in range(ut.num_layers) if levels[j + 1] is not None]
   # Split, then merge: a reshape that does both fails on sharded (swept) runs.
   out = transformer.batched_matmul(
-      a_BxTxTH, [levels[j + 1].reshape(b, t, h, -1).reshape(b, t * h, -1)
-                 for j in routed], precision)
-  new = dict(zip(routed, out))
+      a_BxTxTxH.reshape(b, t, t * h),
+      [levels[j + 1].reshape(b, t, h, -1).reshape(b, t * h, -1) for j in routed],
+      precision)
+  new = {j: o - shift_BxTx1 for j, o in zip(routed, out)}
   return [new.get(j) for j in range(ut.num_layers)] + [None]
 
 
@@ -267,8 +291,8 @@ def _apply_sparse(params, spec, tokens_BxT, precision):
       _string_major(ut, params["embed"]["position"]))]
   ln = spec.variant != "attn"
   for layer in range(spec.num_layers):
-    new = _route_string_major(ut, _layer_norm_levels(z) if ln else z,
-                              causal=spec.causal, precision=precision)
+    new = _route_string_major(ut, z, causal=spec.causal, precision=precision,
+                              stats=_level_stats(z) if ln else None)
     if spec.residual:
       z = [zj if n is None else _add_roles(zj, n, h**j)
            for j, (zj, n) in enumerate(zip(z, new))]
@@ -276,16 +300,15 @@ def _apply_sparse(params, spec, tokens_BxT, precision):
       z = new
     if spec.variant == "res_ln_mlp":
       mlp = jax.tree.map(lambda w: w[layer], params["mlp"])
-      rows = _string_major(ut, mlp["w1"], axis=0)
-      pre = sum(jnp.einsum("btm,mf->btf", hj, w, precision=precision)
-                for hj, w in zip(_layer_norm_levels(z), rows))
+      pre = _normed_matmul(z, _string_major(ut, mlp["w1"], axis=0),
+                           _level_stats(z), precision)
       hidden = jax.nn.gelu(pre + mlp["b1"][None, None])
       z = [zj + jnp.einsum("btf,fm->btm", hidden, w2, precision=precision)
            + b2[None, None] for zj, w2, b2 in zip(
                z, _string_major(ut, mlp["w2"]), _string_major(ut, mlp["b2"]))]
-  if ln:
-    z = _layer_norm_levels(z)
   rows = _string_major(ut, params["unembed"], axis=0)
+  if ln:
+    return _normed_matmul(z, rows, _level_stats(z), precision)
   return sum(jnp.einsum("btm,mc->btc", zj, u[:zj.shape[-1]], precision=precision)
              for zj, u in zip(z, rows) if zj is not None)
 

@@ -182,7 +182,7 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
 
   aggregate_only: train nothing; tabulate the finished runs and name the rest.
   worker: (index, count, claims) to be one of `count` worker processes (see
-    `worker_command`): train the largest shape groups not yet claimed in the
+    `worker_command`): train the largest work units (`work_units`) not yet claimed in the
     folder `claims`, write no table, return None.
   started: time.time() at which the sweep began (for the table's wall time).
   """
@@ -198,12 +198,12 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
   logging.info("%d runs in %d shape groups; %d to do, %d device(s)", len(runs),
                len(groups), todo, jax.device_count())
   started = time.time() if started is None else started
-  mine = list(groups.values())
-  if worker is not None:  # Largest first; each group goes to whoever is free.
-    mine = sorted(mine, key=lambda members: -cost_proxy(members[0][1]))
   vmapped = use_vmap(batching)
   logging.info("batching: %s", "vmapped groups over a device mesh" if vmapped
                else "one run after another (single CPU device)")
+  mine = work_units(list(groups.values()), vmapped)
+  if worker is not None:  # Largest first; each unit goes to whoever is free.
+    mine = sorted(mine, key=lambda members: -cost_proxy(members[0][1]))
   claimed = 0
   for members in mine:
     pending = [(n, c) for n, c in members if not _done(workdir, n, c)]
@@ -213,7 +213,7 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
       if not claim(worker[2], members[0][0]):
         continue
       claimed += 1
-      logging.info("worker %d of %d claimed shape group %s (%d runs)", worker[0],
+      logging.info("worker %d of %d claimed %s (%d runs)", worker[0],
                    worker[1], members[0][0], len(members))
     start = time.perf_counter()
     plain = [(n, c) for n, c in pending if not c.get("compiled")]
@@ -239,8 +239,8 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
                  ", ".join(f"{n}: {r['eval_accuracy']:.4f}"
                            for (n, _), r in zip(pending, results)))
   if worker is not None:
-    logging.info("worker %d of %d: trained %d of %d shape groups", worker[0],
-                 worker[1], claimed, len(groups))
+    logging.info("worker %d of %d: trained %d of %d work units", worker[0],
+                 worker[1], claimed, len(mine))
     return None
   # Runs another worker or this process finished since the start count too.
   done = {n: _done(workdir, n, c) for n, c in runs}
@@ -260,6 +260,32 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     logging.warning("%d of %d runs are not finished and not in the table",
                     len(missing), len(runs))
   return rows
+
+
+def work_units(groups, vmapped):
+  """What one process trains at a time (and a worker claims): a whole shape
+  group when groups are vmapped; else each run alone, with the compiled-UT runs
+  of its model (they restore it from the run's folder) after it."""
+  if vmapped:
+    return groups
+  units = []
+  for members in groups:
+    plain = [(n, c) for n, c in members if not c.get("compiled")]
+    compiled_runs = [(n, c) for n, c in members if c.get("compiled")]
+    for name, config in plain:
+      mine = [(n, c) for n, c in compiled_runs if _target_json(c)
+              == config.to_json_best_effort()]
+      units.append([(name, config)] + mine)
+      compiled_runs = [r for r in compiled_runs if r not in mine]
+    units.extend([run] for run in compiled_runs)  # Their target is not swept.
+  return units
+
+
+def _target_json(config):
+  """The config of the model a compiled-UT run compiles, as JSON."""
+  target = config.copy_and_resolve_references()
+  target.compiled = ""
+  return target.to_json_best_effort()
 
 
 def _train_one(config, run_dir):
@@ -305,28 +331,31 @@ def use_compilation_cache(workdir):
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
-def single_threaded_env(environ):
-  """A copy of `environ` whose XLA_FLAGS turn XLA's CPU threads off."""
-  env = dict(environ)
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                      " --xla_cpu_multi_thread_eigen=false").strip()
-  return env
+def worker_cpus(index, count, cpus=None):
+  """The CPUs that worker `index` of `count` is pinned to: a contiguous share of
+  `cpus` (default: this process's), or one of them, shared round-robin, when
+  there are fewer CPUs than workers."""
+  cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
+  if count >= len(cpus):
+    return {cpus[index % len(cpus)]}
+  return {int(c) for c in np.array_split(cpus, count)[index]}
 
 
 def worker_command(argv, index, count, claims):
-  """(argv, env) of worker process `index` of `count` for a sweep on CPU.
+  """(argv, cpus) of worker process `index` of `count` for a sweep on CPU.
 
-  For small models XLA's ops are mostly single-threaded, so a CPU host runs
-  several single-threaded sweep processes side by side. Each takes the largest
-  shape group (`cost_proxy`) that no worker has claimed yet (`claim`), so the
-  load balances itself. On our 2-core machine two such processes each took
-  0.95-1.02x the time per step of one alone, and XLA's threads gave one process
-  no speed-up (`benchmarks/workers_bench.py`).
+  XLA runs a CPU step's independent ops on all the CPUs it may use: one process
+  keeps about 1.7 of 2 cores busy. Workers side by side are each pinned to
+  their own CPUs (`worker_cpus`) rather than all competing for all of them.
+  Each takes the largest unit of work (`work_units`, `cost_proxy`) that no
+  worker has claimed yet (`claim`), so the load balances itself.
+  `benchmarks/workers_bench.py` measures one process against pinned and
+  unpinned workers.
   """
-  env = single_threaded_env(os.environ)
   args = [a for a in argv[1:] if not a.startswith(("--workers", "--worker_"))]
   return ([sys.executable, "-m", "launch.sweep", *args, f"--workers={count}",
-           f"--worker_index={index}", f"--worker_claims={claims}"], env)
+           f"--worker_index={index}", f"--worker_claims={claims}"],
+          worker_cpus(index, count))
 
 
 def _total_seconds(workdir, names):
@@ -353,10 +382,9 @@ def _target_dir(workdir, name, config, members):
   """Where a compiled run's target trains: the sweep's own run of it, if that
   run finished training with checkpoints here (one by one, not vmapped), else
   a folder of its own."""
-  target = config.copy_and_resolve_references()
-  target.compiled = ""
+  target = _target_json(config)
   for n, c in members:
-    if (c.to_json_best_effort() == target.to_json_best_effort()
+    if (c.to_json_best_effort() == target
         and os.path.exists(_metrics_path(workdir, n))
         and os.path.isdir(os.path.join(_run_dir(workdir, n), "checkpoints"))):
       return _run_dir(workdir, n)
