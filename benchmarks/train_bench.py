@@ -3,6 +3,7 @@ r"""Training-step throughput against a matmul roofline; prints medians and ratio
   python -m benchmarks.train_bench                  # everything (< 4 min on 2 CPUs)
   python -m benchmarks.train_bench --part=fixed     # the fixed-size step only
   python -m benchmarks.train_bench --part=configs   # the default training configs
+  python -m benchmarks.train_bench --part=microbatches  # sparse: parts vs whole
   python -m benchmarks.train_bench --mallopt        # glibc keeps XLA's temp buffer
 
 roofline  `jnp.dot` of two 2048 x 2048 float32 matrices, jitted: 2 * 2048^3 FLOPs
@@ -22,6 +23,9 @@ configs   the same step for the default configs at their own batch size and
           length (printed under the table): configs/dyck.py:model=sparse|random|
           trained,variant=attn|res_ln|res_ln_mlp and
           configs/khop.py:model=sparse,variant=res_ln,k=1|2.
+microbatches  the sparse UT's largest default configs (k-hop k = 4 with res_ln
+          and res_ln_mlp, Dyck with res_ln_mlp) with `default_microbatches`,
+          side by side with the same step on the whole batch; prints the ratio.
 
 A timed repeat runs whole steps for at least --min_block_s on one batch already
 on the device, and waits for each step's metrics, as the training loop does when
@@ -86,7 +90,7 @@ from ut import data as data_lib
 from ut import train
 from ut.constructions import sparse
 
-_PART = flags.DEFINE_enum("part", "all", ["all", "fixed", "configs"],
+_PART = flags.DEFINE_enum("part", "all", ["all", "fixed", "configs", "microbatches"],
                           "Which measurements to run.")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).")
 _MIN_BLOCK_S = flags.DEFINE_float(
@@ -109,6 +113,7 @@ class Case:
   arg: str
   batch_size: int | None = None
   model: tuple = ()  # (field, value) pairs for config.model.
+  microbatches: int | None = None  # None: `train.default_microbatches`.
 
   def config(self):
     config = CONFIG_FILES[self.config_file].get_config(self.arg)
@@ -130,6 +135,12 @@ CONFIGS = tuple(
     for variant in ("attn", "res_ln", "res_ln_mlp")) + tuple(
         Case(f"khop.py:model=sparse,variant=res_ln,k={k}", "khop",
              f"model=sparse,variant=res_ln,k={k}") for k in (1, 2))
+# The sparse UT's largest default configs, for --part=microbatches.
+MICROBATCH_CASES = tuple(
+    Case(f"khop.py:model=sparse,variant={v},k=4", "khop",
+         f"model=sparse,variant={v},k=4") for v in ("res_ln", "res_ln_mlp")) + (
+             Case("dyck.py:model=sparse,variant=res_ln_mlp", "dyck",
+                  "model=sparse,variant=res_ln_mlp"),)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,8 +247,9 @@ def bench_step(case, roofline, repeats, min_block_s):
   state, tx, _ = train.init_state(config, spec)
   batch = jax.device_put(train.train_batch(config, task, 0))
   b, t = batch["tokens"].shape
-  step = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx),
-                 donate_argnums=0)
+  microbatches = case.microbatches or train.default_microbatches(b, t, spec)
+  step = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx,
+                                   microbatches=microbatches), donate_argnums=0)
   compiled = step.lower(state, batch).compile()
   holder = [state]
 
@@ -266,7 +278,7 @@ def bench_step(case, roofline, repeats, min_block_s):
                                     microbatches=1))
   shape = (f"{spec.kind}/{spec.variant} M={spec.model_width} H={spec.num_heads} "
            f"L={spec.num_layers} T={t} B={b} "
-           f"microbatches={train.default_microbatches(b, t, spec)}")
+           f"microbatches={microbatches}")
   return Result(case.name, statistics.median(rates),
                 xla_flops(whole.lower(holder[0], batch).compile()),
                 analytic, roof_flops / statistics.median(roof_secs),
@@ -315,6 +327,10 @@ def main(argv):
         f" {rate / 1e9:.1f} GFLOP/s")
   cases = ([FIXED] if part in ("all", "fixed") else []) + (
       list(CONFIGS) if part in ("all", "configs") else [])
+  if part == "microbatches":  # Each case by default, then in one whole batch.
+    cases = [c for case in MICROBATCH_CASES for c in (
+        case, dataclasses.replace(case, name=case.name + " whole",
+                                  microbatches=1))]
   results = [bench_step(case, roofline, repeats, _MIN_BLOCK_S.value)
              for case in cases]
   print()
@@ -327,6 +343,12 @@ def main(argv):
             f" ({r.xla_rate / r.roofline:.3f} on XLA's count, which is "
             f"{(r.xla_flops - r.analytic_flops) / 1e9:.2f} GFLOP/step higher: "
             f"elementwise work and work the step need not do)")
+  if part == "microbatches":
+    print()
+    for default, whole in zip(results[::2], results[1::2]):
+      print(f"  {default.name}: default microbatches run "
+            f"{default.steps_per_s / whole.steps_per_s:.2f}x the steps/s of "
+            "the whole batch")
   print(f"  total {time.perf_counter() - start:.0f}s")
 
 

@@ -281,7 +281,9 @@ def _apply_sparse(params, spec, tokens_BxT, precision):
   The same computation as the flat path (tested equal), but no m-wide array is
   sliced or concatenated per layer, and levels are stored string-major
   (`_string_major`: E, the MLP and U are permuted to match), so routing moves
-  no data but the matmuls'.
+  no data but the matmuls'. The parameter-free LayerNorm is folded into what
+  reads it (`_route_string_major`, `_normed_matmul`): no normalised copy of the
+  m-wide state is formed (the sparse step is memory-bound).
   """
   ut = spec.sparse_ut
   h = ut.num_heads
