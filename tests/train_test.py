@@ -185,7 +185,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertEqual(train.default_microbatches(256, 64, spec("random")), 8)
     self.assertEqual(train.default_microbatches(32, 32, spec("trained", width=64)),
                      1)
-    # Always a divisor of the batch, and at most one string per microbatch.
+    # Always a divisor of the batch, and never more microbatches than strings.
     self.assertEqual(train.default_microbatches(30, 32, sparse_k4), 10)
     self.assertEqual(train.default_microbatches(2, 128, sparse_k4), 2)
 
