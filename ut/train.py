@@ -120,9 +120,11 @@ def default_microbatches(batch_size, num_tokens, spec):
   The dense kinds' steps are matmul-bound: the fixed-size benchmark step (256 x
   64 tokens, m = 256, 8 microbatches of 2 MiB states) runs 1.2-1.3x faster than
   in one batch. The sparse kind's step is memory-bound (routing moves the
-  m-wide state with little arithmetic) and gains from smaller parts: 1 MiB
-  states made the sparse UT's step with res_ln at k = 4 (32 x 32 tokens, m =
-  4000, 8 microbatches) 1.8x faster, its Dyck step with res_ln_mlp 1.4x.
+  m-wide state with little arithmetic) and gains from smaller parts: with 1 MiB
+  states its steps with res_ln and res_ln_mlp at k = 4 (32 x 32 tokens, m =
+  4000, 8 microbatches) ran 1.80x and 1.81x faster than on the whole batch, its
+  Dyck step with res_ln_mlp (2 microbatches) 1.15x
+  (`python -m benchmarks.train_bench --part=microbatches`).
   Elsewhere 1: an accelerator wants the largest matmuls.
   """
   if jax.default_backend() != "cpu":
