@@ -270,14 +270,16 @@ def work_units(groups, vmapped):
     return groups
   units = []
   for members in groups:
-    plain = [(n, c) for n, c in members if not c.get("compiled")]
-    compiled_runs = [(n, c) for n, c in members if c.get("compiled")]
-    for name, config in plain:
-      mine = [(n, c) for n, c in compiled_runs if _target_json(c)
-              == config.to_json_best_effort()]
-      units.append([(name, config)] + mine)
-      compiled_runs = [r for r in compiled_runs if r not in mine]
-    units.extend([run] for run in compiled_runs)  # Their target is not swept.
+    by_target = {}  # Compiled-UT runs by the config of the model they compile.
+    for name, config in members:
+      if config.get("compiled"):
+        by_target.setdefault(_target_json(config), []).append((name, config))
+    for name, config in members:
+      if not config.get("compiled"):
+        units.append([(name, config)]
+                     + by_target.pop(config.to_json_best_effort(), []))
+    # Compiled-UT runs whose target is not in the sweep: each on its own.
+    units.extend([run] for runs in by_target.values() for run in runs)
   return units
 
 
