@@ -182,8 +182,8 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
 
   aggregate_only: train nothing; tabulate the finished runs and name the rest.
   worker: (index, count, claims) to be one of `count` worker processes (see
-    `worker_command`): train the largest work units (`work_units`) not yet claimed in the
-    folder `claims`, write no table, return None.
+    `worker_command`): train the largest work units (`work_units`) not yet
+    claimed in the folder `claims`, write no table, return None.
   started: time.time() at which the sweep began (for the table's wall time).
   """
   module = load_config_module(config_path)
