@@ -12,8 +12,8 @@ roofline  `jnp.dot` of two 2048 x 2048 float32 matrices, jitted: 2 * 2048^3 FLOP
           step can leave the allocator cold), so that a step and the roofline it
           is divided by see the same load from other processes.
 fixed     `ut.train.train_step`, jitted as in `train_and_evaluate` (donate_argnums=0,
-          the optimizer of `make_optimizer`, `default_microbatches`: 8 of
-          2048 tokens here; each case's count is printed under the table), for
+          the optimizer of `make_optimizer`, `default_microbatches`: 16 of
+          1024 tokens here; each case's count is printed under the table), for
           the size the issue fixes: a random UT, attention only, m=256, H=2,
           L=2, k_u=32 (configs/common.py), n=64 tokens, batch 256. Its tokens
           come from configs/dyck.py:model=random,max_len=63 (63 brackets and

@@ -177,16 +177,42 @@ class TrainAndEvaluateTest(parameterized.TestCase):
                                rtol=1e-5)
     self.assertEqual(int(parts_metrics["count"]), int(whole_metrics["count"]))
 
+  @parameterized.parameters("sparse", "random")
+  def test_microbatched_eval_equals_numpy_counts(self, kind):
+    config = smoke_config("khop", f"model={kind},variant=res_ln_mlp")
+    task = data_lib.make_task(config)
+    spec = train.model_spec(config, task.info)
+    params = train.init_state(config, spec)[0].params
+    batch = train.eval_batches(config, task)[0]
+    # Counted in numpy from the whole batch's logits.
+    logits = np.asarray(models.apply(params, spec, batch["tokens"]))
+    labels, mask = np.asarray(batch["labels"]), np.asarray(batch["mask"])
+    correct = int(((logits.argmax(-1) == labels) & mask).sum())
+    shifted = logits - logits.max(-1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    valid = labels >= 0
+    nll = -np.take_along_axis(logp, np.maximum(labels, 0)[..., None], -1)[..., 0]
+    loss = (nll * valid).sum() / valid.sum()
+    for n in (1, 4):
+      metrics = train.eval_step(params, batch, spec=spec, microbatches=n)
+      self.assertEqual(int(metrics["correct"]), correct)
+      self.assertEqual(int(metrics["count"]), int(mask.sum()))
+      np.testing.assert_allclose(float(metrics["loss"]), loss, rtol=1e-5)
+
   def test_default_microbatches_by_state_size(self):
     spec = lambda kind, **kw: models.ModelSpec(kind, "res_ln", 6, 32, 4, **kw)
     sparse_k4 = spec("sparse", num_layers=5, width=32)  # m = 4000.
     self.assertEqual(sparse_k4.model_width, 4000)
-    self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 8)
-    self.assertEqual(train.default_microbatches(256, 64, spec("random")), 8)
+    self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 16)
+    self.assertEqual(train.default_microbatches(256, 64, spec("random")), 16)
     self.assertEqual(train.default_microbatches(32, 32, spec("trained", width=64)),
                      1)
+    # An MLP's hidden width counts: 1024 tokens x (256 + 256) = 2 x 2^18.
+    self.assertEqual(train.default_microbatches(32, 32, spec("random")), 1)
+    mlp = models.ModelSpec("random", "res_ln_mlp", 6, 32, 4, mlp_ratio=1)
+    self.assertEqual(train.default_microbatches(32, 32, mlp), 2)
     # Always a divisor of the batch, and never more microbatches than strings.
-    self.assertEqual(train.default_microbatches(30, 32, sparse_k4), 10)
+    self.assertEqual(train.default_microbatches(30, 32, sparse_k4), 15)
     self.assertEqual(train.default_microbatches(2, 128, sparse_k4), 2)
 
   def test_two_runs_are_identical(self):

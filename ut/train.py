@@ -106,30 +106,35 @@ def _stop_frozen_gradients(params, spec):
                       params, models.labels(params, spec))
 
 
-# State elements (tokens x model width) per microbatch on CPU, by model kind:
-# see `default_microbatches` (measured on 2 cores).
-MICROBATCH_ELEMENTS = {"sparse": 2**18, "random": 2**19, "trained": 2**19}
+# Activation elements per microbatch on CPU (tokens x (model width + MLP hidden
+# width)), by model kind: see `default_microbatches` (measured on one core, as a
+# sweep worker runs).
+MICROBATCH_ELEMENTS = {"sparse": 2**17, "random": 2**18, "trained": 2**19}
 
 
 def default_microbatches(batch_size, num_tokens, spec):
   """How many microbatches `train_step` splits a (batch_size, num_tokens) batch into.
 
-  On CPU, about MICROBATCH_ELEMENTS[spec.kind] state elements (tokens x model
-  width) each: the largest divisor of the batch size at most batch_size *
-  num_tokens * width / that. A microbatch's activations then stay in the caches.
-  The dense kinds' steps are matmul-bound: the fixed-size benchmark step (256 x
-  64 tokens, m = 256, 8 microbatches of 2 MiB states) runs 1.2-1.3x faster than
-  in one batch. The sparse kind's step is memory-bound (routing moves the
-  m-wide state with little arithmetic) and gains from smaller parts: with 1 MiB
-  states its steps with res_ln and res_ln_mlp at k = 4 (32 x 32 tokens, m =
-  4000, 8 microbatches) ran 1.80x and 1.81x faster than on the whole batch, its
-  Dyck step with res_ln_mlp (2 microbatches) 1.15x
-  (`python -m benchmarks.train_bench --part=microbatches`).
-  Elsewhere 1: an accelerator wants the largest matmuls.
+  On CPU, about MICROBATCH_ELEMENTS[spec.kind] activation elements each, counted
+  as tokens x (model width, plus the MLP's hidden width with res_ln_mlp): the
+  largest divisor of the batch size at most batch_size * num_tokens * that
+  width / the budget. A microbatch's activations then stay in the caches.
+  The sparse kind's step is memory-bound (routing moves the m-wide state with
+  little arithmetic) and gains from small parts. Measured with one core per
+  process, as `launch.sweep`'s workers run (ms per step, this budget against
+  half as many parts): k-hop k = 4 res_ln_mlp (32 x 32 tokens, m = 4000) 160
+  against 165 (16 parts against 8), k = 3 res_ln_mlp 60 against 76, Dyck
+  res_ln_mlp 42 against 46, Dyck res_ln 7.6 against 9.2; the random UT with
+  res_ln_mlp (m = 256, F = 256) 42 against 62 at k-hop k = 4 (2 parts
+  against 1), and on Dyck 31 in 4 parts, 32 in 2, 50 in 1. The fixed-size benchmark step (random attn, 256 x 64 tokens)
+  runs as fast on 2 cores in 16 parts as in 8. Elsewhere 1: an accelerator
+  wants the largest matmuls.
   """
   if jax.default_backend() != "cpu":
     return 1
-  most = max(1, batch_size * num_tokens * spec.model_width
+  width = spec.model_width + (spec.mlp_hidden_width
+                              if spec.variant == "res_ln_mlp" else 0)
+  most = max(1, batch_size * num_tokens * width
              // MICROBATCH_ELEMENTS[spec.kind])
   return max(n for n in range(1, min(most, batch_size) + 1) if batch_size % n == 0)
 
@@ -171,17 +176,33 @@ def train_step(state, batch, *, spec, tx, microbatches=None):
                     opt_state=opt_state), metrics
 
 
-@functools.partial(jax.jit, static_argnames="spec")
-def eval_step(params, batch, *, spec):
-  return loss_and_metrics(params, spec, batch)[1]
+@functools.partial(jax.jit, static_argnames=("spec", "microbatches"))
+def eval_step(params, batch, *, spec, microbatches=1):
+  """The metrics of one batch, computed `microbatches` parts at a time.
+
+  The sums are exact (counts) or equal up to float rounding (the loss); the
+  parts keep a forward pass's m-wide state in the caches, as in `train_step`.
+  """
+  if microbatches == 1:
+    return loss_and_metrics(params, spec, batch)[1]
+  b = batch["tokens"].shape[0]
+  parts = jax.tree.map(
+      lambda a: a.reshape(microbatches, b // microbatches, *a.shape[1:]), batch)
+  sums = jax.lax.map(lambda part: loss_and_metrics(params, spec, part,
+                                                   mean=False), parts)
+  ce_sum, metrics = jax.tree.map(lambda a: a.sum(0), sums)
+  loss = ce_sum / jnp.maximum(metrics.pop("labelled"), 1)
+  return dict(loss=loss, **metrics)
 
 
 def evaluate(params, spec, eval_batches):
-  """Accuracy and mean loss over a list of batches."""
+  """Accuracy and mean loss over a list of batches (`default_microbatches`
+  parts of each at a time)."""
   correct = count = 0
   loss_sum = 0.0
   for batch in eval_batches:
-    m = jax.device_get(eval_step(params, batch, spec=spec))
+    m = jax.device_get(eval_step(params, batch, spec=spec, microbatches=(
+        default_microbatches(*batch["tokens"].shape, spec))))
     correct += int(m["correct"])
     count += int(m["count"])
     loss_sum += float(m["loss"]) * len(batch["tokens"])
