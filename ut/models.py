@@ -157,9 +157,8 @@ def labels(params, spec):
 
 def layer_norm(z, eps=1e-5):
   """Parameter-free LayerNorm over the last axis."""
-  mean = z.mean(axis=-1, keepdims=True)
-  var = jnp.square(z - mean).mean(axis=-1, keepdims=True)
-  return (z - mean) * jax.lax.rsqrt(var + eps)
+  mean, inv = _level_stats([z], eps)
+  return (z - mean) * inv
 
 
 def token_embed(tokens_BxT, table_VxM, precision=None):
@@ -195,10 +194,17 @@ def attention(params, spec, z_BxTxM, layer, precision=None):
 
 
 def _level_stats(levels, eps=1e-5):
-  """LayerNorm's mean and 1/std, (B, T, 1), of the concatenation of `levels`."""
+  """LayerNorm's mean and 1/std, (B, T, 1), of the concatenation of `levels`.
+
+  The row sums are matmuls with a ones vector: XLA CPU runs them in its dot
+  library, faster than its reduce (measured on one core: the trained k-hop
+  k = 4 step with res_ln_mlp 21.6 -> 10.0 ms, the sparse UT's with res_ln
+  89 -> 69-77 ms).
+  """
   m = sum(z.shape[-1] for z in levels)
-  mean = sum(z.sum(-1, keepdims=True) for z in levels) / m
-  var = sum(jnp.square(z - mean).sum(-1, keepdims=True) for z in levels) / m
+  rowsum = lambda x: x @ jnp.ones((x.shape[-1], 1), x.dtype)
+  mean = sum(rowsum(z) for z in levels) / m
+  var = sum(rowsum(jnp.square(z - mean)) for z in levels) / m
   return mean, jax.lax.rsqrt(var + eps)
 
 
