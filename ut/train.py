@@ -126,9 +126,9 @@ def default_microbatches(batch_size, num_tokens, spec):
   against 165 (16 parts against 8), k = 3 res_ln_mlp 60 against 76, Dyck
   res_ln_mlp 42 against 46, Dyck res_ln 7.6 against 9.2; the random UT with
   res_ln_mlp (m = 256, F = 256) 42 against 62 at k-hop k = 4 (2 parts
-  against 1), and on Dyck 31 in 4 parts, 32 in 2, 50 in 1. The fixed-size benchmark step (random attn, 256 x 64 tokens)
-  runs as fast on 2 cores in 16 parts as in 8. Elsewhere 1: an accelerator
-  wants the largest matmuls.
+  against 1), and on Dyck 31 in 4 parts, 32 in 2, 50 in 1. The fixed-size
+  benchmark step (random attn, 256 x 64 tokens) runs as fast on 2 cores in 16
+  parts as in 8. Elsewhere 1: an accelerator wants the largest matmuls.
   """
   if jax.default_backend() != "cpu":
     return 1
@@ -137,6 +137,12 @@ def default_microbatches(batch_size, num_tokens, spec):
   most = max(1, batch_size * num_tokens * width
              // MICROBATCH_ELEMENTS[spec.kind])
   return max(n for n in range(1, min(most, batch_size) + 1) if batch_size % n == 0)
+
+
+def _split(batch, n):
+  """Every (B, ...) array of the batch as (n, B / n, ...): n microbatches."""
+  return jax.tree.map(
+      lambda a: a.reshape(n, a.shape[0] // n, *a.shape[1:]), batch)
 
 
 def train_step(state, batch, *, spec, tx, microbatches=None):
@@ -159,7 +165,7 @@ def train_step(state, batch, *, spec, tx, microbatches=None):
     grad_fn = jax.value_and_grad(
         lambda p, part: loss_and_metrics(_stop_frozen_gradients(p, spec), spec,
                                          part, mean=False), has_aux=True)
-    parts = jax.tree.map(lambda a: a.reshape(n, b // n, *a.shape[1:]), batch)
+    parts = _split(batch, n)
     zeros = jax.tree.map(
         lambda a: jnp.zeros(a.shape, a.dtype),
         jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda a: a[0], parts)))
@@ -185,9 +191,7 @@ def eval_step(params, batch, *, spec, microbatches=1):
   """
   if microbatches == 1:
     return loss_and_metrics(params, spec, batch)[1]
-  b = batch["tokens"].shape[0]
-  parts = jax.tree.map(
-      lambda a: a.reshape(microbatches, b // microbatches, *a.shape[1:]), batch)
+  parts = _split(batch, microbatches)
   sums = jax.lax.map(lambda part: loss_and_metrics(params, spec, part,
                                                    mean=False), parts)
   ce_sum, metrics = jax.tree.map(lambda a: a.sum(0), sums)
