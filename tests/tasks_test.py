@@ -116,6 +116,22 @@ class DyckTest(parameterized.TestCase):
     # Positives and negatives are interleaved, not in two blocks.
     self.assertGreater(int(np.sum(labels[1:] != labels[:-1])), num // 4)
 
+  def test_hard_mix_strings_are_uniform(self):
+    # Length 6: 5 Dyck words and 15 unbalanced strings with equal counts,
+    # enumerated here; each should come up about equally often.
+    all_strings = [''.join(c) for c in itertools.product('()', repeat=6)]
+    words = [t for t in all_strings if reference_balanced(t)]
+    negatives = [t for t in all_strings
+                 if t.count('(') == 3 and not reference_balanced(t)]
+    self.assertEqual((len(words), len(negatives)), (5, 15))
+    _, _, texts = dyck.generate(30000, 6, 'hard', seed=2)
+    for population in (words, negatives):
+      counts = np.array([texts.count(t) for t in population])
+      expected = counts.sum() / len(population)
+      chi2 = float(((counts - expected) ** 2 / expected).sum())
+      df = len(population) - 1  # A chi-square this far out: p < 1e-6.
+      self.assertLess(chi2, df + 8 * np.sqrt(2 * df), counts)
+
   def test_za_mix_balance_and_counting_baseline(self):
     _, labels, texts = dyck.generate(6000, 32, 'za', seed=0)
     balanced = float(labels.mean())

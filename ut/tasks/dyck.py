@@ -131,59 +131,91 @@ def counting_baseline_accuracy(texts: Sequence[str], labels) -> float:
   return float(np.mean(counting_baseline(texts) == labels_B))
 
 
-def _random_length(rng: np.random.Generator, max_len: int, even: bool) -> int:
+def _random_lengths(rng: np.random.Generator, num: int, max_len: int,
+                    even: bool) -> np.ndarray:
   if even:
-    return 2 * int(rng.integers(1, max_len // 2 + 1))
-  return int(rng.integers(2, max_len + 1))
+    return 2 * rng.integers(1, max_len // 2 + 1, size=num)
+  return rng.integers(2, max_len + 1, size=num)
 
 
-def _random_dyck_word(rng: np.random.Generator, length: int) -> str:
-  """A Dyck word of even `length`, uniform among all of them (cycle lemma).
+def _shuffled_steps(rng: np.random.Generator, ups: np.ndarray,
+                    downs: np.ndarray, width: int) -> np.ndarray:
+  """Row b: ups[b] +1s and downs[b] -1s in a uniformly random order, then 0s."""
+  position = np.arange(width)
+  steps = np.where(position < ups[:, None], 1,
+                   np.where(position < (ups + downs)[:, None], -1, 0))
+  keys = rng.random((len(ups), width))
+  keys[position >= (ups + downs)[:, None]] = np.inf  # Padding stays last.
+  return np.take_along_axis(steps, np.argsort(keys, axis=1), axis=1)
+
+
+def _random_dyck_words(rng: np.random.Generator, lengths: np.ndarray) -> np.ndarray:
+  """Steps (+1 '(', -1 ')', 0 past the end) of Dyck words of the even `lengths`,
+  each uniform among all Dyck words of its length (cycle lemma).
 
   Shuffle n + 1 up-steps and n down-steps. Exactly one rotation keeps every
   partial sum positive: the one starting right after the last minimum of the
   prefix sums. Rotate there and drop the leading up-step.
   """
-  n = length // 2
-  steps = rng.permutation(np.array([1] * (n + 1) + [-1] * n))
-  prefix = np.concatenate([[0], np.cumsum(steps)[:-1]])  # P_0 .. P_{2n}
-  start = len(prefix) - 1 - int(np.argmin(prefix[::-1]))  # last minimum
-  rotated = np.roll(steps, -start)[1:]
-  return ''.join('(' if s == 1 else ')' for s in rotated)
+  n = lengths // 2
+  width = int(lengths.max(initial=0)) + 1
+  steps = _shuffled_steps(rng, n + 1, n, width)
+  prefix = np.cumsum(steps, axis=1) - steps  # P_0 .. P_{2n} in the valid part.
+  position = np.arange(width)
+  valid = position <= (2 * n)[:, None]
+  prefix = np.where(valid, prefix, np.iinfo(prefix.dtype).max)
+  last_min = width - 1 - np.argmin(prefix[:, ::-1], axis=1)
+  source = (last_min[:, None] + 1 + position[None, :-1]) % (2 * n + 1)[:, None]
+  words = np.take_along_axis(steps, source, axis=1)
+  return np.where(position[None, :-1] < lengths[:, None], words, 0)
 
 
-def _random_string(rng: np.random.Generator, length: int) -> str:
-  return ''.join(rng.choice(np.array(['(', ')']), size=length))
+def _strings(steps: np.ndarray, lengths: np.ndarray) -> list[str]:
+  chars = np.where(steps > 0, b'(', b')')
+  return [row.tobytes().decode()[:length] for row, length in zip(chars, lengths)]
 
 
-def _za_text(rng: np.random.Generator, max_len: int) -> str:
-  group = int(rng.integers(3))
-  if group == 0:
-    return _random_string(rng, _random_length(rng, max_len, even=False))
-  text = _random_dyck_word(rng, _random_length(rng, max_len, even=True))
-  if group == 2:
-    position = int(rng.integers(len(text)))
-    text = text[:position] + '()'[int(rng.integers(2))] + text[position + 1:]
-  return text
+def _balanced(steps: np.ndarray) -> np.ndarray:
+  """Rows of steps (0 past the end) that spell a balanced string."""
+  return (np.cumsum(steps, axis=1).min(axis=1, initial=0) >= 0) & (
+      steps.sum(axis=1) == 0)
 
 
-def _hard_negative(rng: np.random.Generator, length: int) -> str:
-  """Equal counts, not balanced; uniform among such strings (rejection)."""
-  while True:  # A shuffle is balanced with probability 1 / (n + 1) <= 1/2.
-    text = ''.join(rng.permutation(np.array(['('] * (length // 2) +
-                                            [')'] * (length // 2))))
-    if not is_balanced(text):
-      return text
+def _za_steps(rng: np.random.Generator, num: int, max_len: int):
+  """The 'za' mix: per row a group in {random, Dyck word, perturbed Dyck word}."""
+  group = rng.integers(3, size=num)
+  random_lengths = _random_lengths(rng, num, max_len, even=False)
+  random_steps = 2 * rng.integers(2, size=(num, max_len)) - 1
+  random_steps[np.arange(max_len) >= random_lengths[:, None]] = 0
+  word_lengths = _random_lengths(rng, num, max_len, even=True)
+  words = np.zeros((num, max_len), np.int64)
+  words[:, :int(word_lengths.max(initial=0))] = _random_dyck_words(
+      rng, word_lengths)
+  position = (rng.random(num) * word_lengths).astype(np.int64)
+  redraw = 2 * rng.integers(2, size=num) - 1
+  perturbed = words.copy()
+  perturbed[np.arange(num), position] = redraw
+  steps = np.where((group == 0)[:, None], random_steps,
+                   np.where((group == 1)[:, None], words, perturbed))
+  return steps, np.where(group == 0, random_lengths, word_lengths)
 
 
-def _hard_texts(rng: np.random.Generator, num: int, max_len: int) -> list[str]:
-  balanced = [num // 2 > i for i in range(num)]
-  texts = [
-      _random_dyck_word(rng, _random_length(rng, max_len, even=True))
-      if want else _hard_negative(rng, _random_length(rng, max_len, even=True))
-      for want in balanced
-  ]
-  return [texts[i] for i in rng.permutation(num)]
+def _hard_steps(rng: np.random.Generator, num: int, max_len: int):
+  """The 'hard' mix: num // 2 Dyck words, the rest unbalanced strings with
+  equal counts (uniform among such strings of their length, by rejection: a
+  shuffle is balanced with probability 1 / (n + 1) <= 1/2), shuffled."""
+  lengths = _random_lengths(rng, num, max_len, even=True)
+  steps = np.zeros((num, max_len), np.int64)
+  half = num // 2
+  steps[:half, :int(lengths[:half].max(initial=0))] = _random_dyck_words(
+      rng, lengths[:half])
+  todo = np.arange(half, num)
+  while len(todo):
+    n = lengths[todo] // 2
+    steps[todo] = _shuffled_steps(rng, n, n, max_len)
+    todo = todo[_balanced(steps[todo])]
+  order = rng.permutation(num)
+  return steps[order], lengths[order]
 
 
 def generate(num: int, max_len: int, mix: str, seed: int):
@@ -198,9 +230,12 @@ def generate(num: int, max_len: int, mix: str, seed: int):
   if num < 0:
     raise ValueError(f'num={num} is negative; use num >= 0.')
   rng = np.random.default_rng(seed)
-  if mix == 'za':
-    texts = [_za_text(rng, max_len) for _ in range(num)]
-  else:
-    texts = _hard_texts(rng, num, max_len)
-  labels_B = np.array([is_balanced(t) for t in texts], dtype=np.int32)
-  return encode(texts, max_len), labels_B, texts
+  steps, lengths = (_za_steps if mix == 'za' else _hard_steps)(rng, num, max_len)
+  labels_B = _balanced(steps).astype(np.int32)
+  # Left-pad: token column c holds step c - (max_len - length) of its row.
+  source = np.arange(max_len)[None] - (max_len - lengths)[:, None]
+  chars = np.take_along_axis(steps, np.maximum(source, 0), axis=1)
+  tokens_BxT = np.full((num, max_len + 1), QUERY, dtype=np.int32)
+  tokens_BxT[:, :max_len] = np.where(source < 0, PAD,
+                                     np.where(chars > 0, OPEN, CLOSE))
+  return tokens_BxT, labels_B, _strings(steps, lengths)
