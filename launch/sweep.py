@@ -9,6 +9,8 @@ instead of compiling it again.
 """
 
 import contextlib
+import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -42,10 +44,25 @@ _WORKER_CLAIMS = flags.DEFINE_string("worker_claims", None,
                                      "Set by --workers for its child processes.")
 
 
+_PR_SET_PDEATHSIG = 1  # From <linux/prctl.h>.
+
+
+def _worker_preexec(cpus, parent):
+  """In a forked worker before it starts: pin it to `cpus`, and have Linux send
+  it SIGTERM when the sweep process dies, even by SIGKILL (which runs no
+  `finally`), so that no orphaned worker trains on."""
+  os.sched_setaffinity(0, cpus)
+  with contextlib.suppress(OSError, AttributeError):
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+  if os.getppid() != parent:  # The sweep died before prctl took effect.
+    os._exit(1)  # pylint: disable=protected-access
+
+
 def run_workers(count):
   """Starts `count` worker processes and waits for all; fails if one failed.
 
-  If this process stops (an error, Ctrl-C, SIGTERM), the workers are stopped too.
+  If this process stops (an error, Ctrl-C, SIGTERM), the workers are stopped
+  too; if it is killed outright, Linux stops them (`_worker_preexec`).
   """
   claims = sweep.claims_folder(_WORKDIR.value)
   procs = []
@@ -54,8 +71,8 @@ def run_workers(count):
   try:
     for i in range(count):
       argv, cpus = sweep.worker_command(sys.argv, i, count, claims)
-      procs.append(subprocess.Popen(
-          argv, preexec_fn=lambda cpus=cpus: os.sched_setaffinity(0, cpus)))
+      procs.append(subprocess.Popen(argv, preexec_fn=functools.partial(
+          _worker_preexec, cpus, os.getpid())))
     codes = [p.wait() for p in procs]
   finally:
     for p in procs:

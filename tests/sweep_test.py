@@ -3,8 +3,10 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 from absl.testing import absltest
 import numpy as np
@@ -26,6 +28,20 @@ def run_sweep_cli(workdir, devices, arg=None, *flags):
       [sys.executable, "-m", "launch.sweep", f"--config={config}",
        f"--workdir={workdir}", *flags], cwd=ROOT, env=env, capture_output=True,
       text=True, timeout=600, check=False)
+
+
+def _read(path):
+  with open(path) as f:
+    return f.read()
+
+
+def _alive(pid):
+  """Whether process `pid` exists and is not a zombie."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except FileNotFoundError:
+    return False
 
 
 class SweepTest(absltest.TestCase):
@@ -136,6 +152,35 @@ class SweepTest(absltest.TestCase):
       want = train.train_and_evaluate(config, os.path.join(tmp, "single", name))
       np.testing.assert_allclose(got["eval_loss"], want["eval_loss"], rtol=1e-4,
                                  err_msg=name)
+
+  def test_workers_stop_when_the_sweep_is_killed(self):
+    tmp = self.create_tempdir().full_path
+    log = os.path.join(tmp, "stderr.txt")
+    with open(log, "w") as err:
+      parent = subprocess.Popen(
+          [sys.executable, "-m", "launch.sweep", f"--config={CONFIG}:long",
+           f"--workdir={tmp}", "--workers=2"], cwd=ROOT, stderr=err)
+    workers = []
+    try:
+      deadline = time.time() + 300
+      while len(re.findall(r"step \d+/1000000", _read(log))) < 2:
+        self.assertIsNone(parent.poll(), _read(log)[-3000:])
+        self.assertLess(time.time(), deadline, "workers never started training")
+        time.sleep(0.5)
+      with open(f"/proc/{parent.pid}/task/{parent.pid}/children") as f:
+        workers += [int(p) for p in f.read().split()]
+      self.assertLen(workers, 2)
+      parent.send_signal(signal.SIGKILL)  # No `finally` runs in the sweep.
+      parent.wait()
+      deadline = time.time() + 30
+      while any(map(_alive, workers)) and time.time() < deadline:
+        time.sleep(0.2)
+      self.assertEqual([w for w in workers if _alive(w)], [])
+    finally:
+      parent.kill()
+      for w in workers:
+        if _alive(w):
+          os.kill(w, signal.SIGKILL)
 
   def test_claim_is_given_once_per_set_of_workers(self):
     tmp = self.create_tempdir().full_path
