@@ -13,7 +13,7 @@ record is not replaced without --overwrite.
 
 full   the tables as reported: simulate (bounds and errors), threshold (figure),
        dyck and khop (3 kinds x 3 variants, compiled-UT rows, 3 seeds each),
-       and the compiled-UT report on Dyck. Budget: <= 60 minutes on 2 CPU cores.
+       and the compiled-UT reports on Dyck and on k-hop with k = 1. Budget: <= 60 minutes on 2 CPU cores.
 quick  the same pipeline at smoke size (4 training steps, 1 seed, one mix,
        k = 1): checks that every step runs, in a few minutes. Its numbers mean
        nothing.
@@ -51,6 +51,9 @@ def get_config(arg="full"):
             "threshold.json"),
       _step("compiled_dyck", "launch.compiled_ut",
             "configs/compiled_ut.py:task=dyck" + (",smoke" if quick else ""),
+            "compiled_ut.json"),
+      _step("compiled_khop1", "launch.compiled_ut",
+            "configs/compiled_ut.py:task=khop,k=1" + (",smoke" if quick else ""),
             "compiled_ut.json"),
       _step("dyck", "launch.sweep", "configs/dyck_table.py" + grid +
             (",mixes=za" if quick else ""), None, ["--workers={workers}"]),

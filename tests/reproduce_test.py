@@ -34,7 +34,8 @@ class ReproduceTest(absltest.TestCase):
     self.assertTrue(report["complete"])
     self.assertTrue(all(s["finished"] and s["seconds"] > 0 for s in report["steps"]))
     for name in ("simulate/simulate_table.json", "threshold/threshold.png",
-                 "compiled_dyck/compiled_ut.json", "dyck/counting_baseline.md"):
+                 "compiled_dyck/compiled_ut.json", "compiled_khop1/compiled_ut.json",
+                 "dyck/counting_baseline.md"):
       self.assertTrue(os.path.exists(os.path.join(tmp, name)), name)
     for table in ("dyck", "khop"):
       with open(os.path.join(tmp, table, "table.json")) as f:
