@@ -114,8 +114,6 @@ class Case:
   batch_size: int | None = None
   model: tuple = ()  # (field, value) pairs for config.model.
   microbatches: int | None = None  # None: `train.default_microbatches`.
-  # False: compiled with `train.compiler_options()`, as training compiles it.
-  xla_defaults: bool = False
 
   def config(self):
     config = CONFIG_FILES[self.config_file].get_config(self.arg)
@@ -130,9 +128,6 @@ FIXED = Case("fixed: random attn m256 H2 L2 n64 B256", "dyck",
              "model=random,variant=attn,max_len=63", batch_size=256,
              model=(("m", 256), ("num_heads", 2), ("num_layers", 2),
                     ("head_width", 32), ("shared", False)))
-# The same step with XLA's default CPU options, side by side.
-FIXED_XLA_DEFAULTS = dataclasses.replace(
-    FIXED, name="fixed, XLA's default options", xla_defaults=True)
 CONFIGS = tuple(
     Case(f"dyck.py:model={kind},variant={variant}", "dyck",
          f"model={kind},variant={variant}")
@@ -255,8 +250,7 @@ def bench_step(case, roofline, repeats, min_block_s):
   microbatches = case.microbatches or train.default_microbatches(b, t, spec)
   step = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx,
                                    microbatches=microbatches), donate_argnums=0)
-  compiled = step.lower(state, batch).compile(
-      None if case.xla_defaults else train.compiler_options())
+  compiled = step.lower(state, batch).compile()
   holder = [state]
 
   def run(num_steps):
@@ -331,7 +325,7 @@ def main(argv):
   rate, secs = bench_roofline(roofline, repeats)
   print(f"  roofline: jnp.dot {ROOFLINE_N}x{ROOFLINE_N} float32, {secs * 1e3:.1f} ms,"
         f" {rate / 1e9:.1f} GFLOP/s")
-  cases = ([FIXED, FIXED_XLA_DEFAULTS] if part in ("all", "fixed") else []) + (
+  cases = ([FIXED] if part in ("all", "fixed") else []) + (
       list(CONFIGS) if part in ("all", "configs") else [])
   if part == "microbatches":  # Each case by default, then in one whole batch.
     cases = [c for case in MICROBATCH_CASES for c in (

@@ -127,7 +127,7 @@ def train_group(configs, *, log_every=None):
   state = jax.device_put(_stack(states), shard)
   step_fn = jax.jit(jax.vmap(functools.partial(train.train_step, spec=spec, tx=tx)),
                     in_shardings=(shard, shard), out_shardings=(shard, shard),
-                    donate_argnums=0, compiler_options=train.compiler_options())
+                    donate_argnums=0)
   steps = first.train.steps
   log_every = log_every or first.train.log_every
   start = time.perf_counter()

@@ -182,34 +182,8 @@ def train_step(state, batch, *, spec, tx, microbatches=None):
                     opt_state=opt_state), metrics
 
 
-def compiler_options():
-  """XLA options for the train and eval steps: on CPU, reductions go to XLA's
-  dot library (YNNPACK) as well as dots. Measured: the fixed-size benchmark
-  step (`python -m benchmarks.train_bench --part=fixed`, side by side, 3 runs)
-  went from 0.57-0.59 to 0.61-0.65 of the roofline; on one core, the k-hop k = 4
-  step of the random UT with res_ln from 28-35 to 23-24 ms, of the sparse UT
-  from 71-74 to 64-66 ms, but the sparse UT's Dyck step with res_ln_mlp from
-  40-42 to 47-49 ms. None elsewhere.
-  """
-  if jax.default_backend() != "cpu":
-    return None
-  return {"xla_cpu_experimental_ynn_fusion_type":
-          "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_REDUCE"}
-
-
+@functools.partial(jax.jit, static_argnames=("spec", "microbatches"))
 def eval_step(params, batch, *, spec, microbatches=1):
-  """The metrics of one batch, computed `microbatches` parts at a time (jitted
-  with `compiler_options`)."""
-  return _jitted_eval_step()(params, batch, spec=spec, microbatches=microbatches)
-
-
-@functools.lru_cache(maxsize=1)
-def _jitted_eval_step():
-  return jax.jit(_eval_step, static_argnames=("spec", "microbatches"),
-                 compiler_options=compiler_options())
-
-
-def _eval_step(params, batch, *, spec, microbatches):
   """The metrics of one batch, computed `microbatches` parts at a time.
 
   The sums are exact (counts) or equal up to float rounding (the loss); the
@@ -390,7 +364,7 @@ def train_and_evaluate(config, workdir):
   eval_log = _CsvLog(os.path.join(workdir, "eval_metrics.csv"), start_step)
   writer = _summary_writer(workdir)
   step_fn = jax.jit(functools.partial(train_step, spec=spec, tx=tx),
-                    donate_argnums=0, compiler_options=compiler_options())
+                    donate_argnums=0)
   held_out = eval_batches(config, task)
   tc = config.train
   last_loss, t_last, s_last = None, time.perf_counter(), start_step
