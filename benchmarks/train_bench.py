@@ -5,6 +5,11 @@ r"""Training-step throughput against a matmul roofline; prints medians and ratio
   python -m benchmarks.train_bench --part=configs   # the default training configs
   python -m benchmarks.train_bench --part=microbatches  # sparse: parts vs whole
   python -m benchmarks.train_bench --mallopt        # glibc keeps XLA's temp buffer
+  python -m benchmarks.train_bench --part=fixed --out=results/bench  # also saved
+
+--out=DIR saves what is printed as DIR/train_bench.md and the measurements as
+DIR/train_bench.json, with provenance (git commit, device, flags, load); an
+existing report is kept unless --overwrite is given.
 
 roofline  `jnp.dot` of two 2048 x 2048 float32 matrices, jitted: 2 * 2048^3 FLOPs
           over the median time. It is measured once on its own, and again inside
@@ -77,6 +82,7 @@ import math
 import os
 import resource
 import statistics
+import sys
 import time
 
 from absl import app
@@ -87,8 +93,10 @@ import jax.numpy as jnp
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from ut import data as data_lib
+from ut import reports
 from ut import train
 from ut.constructions import sparse
+from ut.errors import UserError
 
 _PART = flags.DEFINE_enum("part", "all", ["all", "fixed", "configs", "microbatches"],
                           "Which measurements to run.")
@@ -96,6 +104,10 @@ _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported)."
 _MIN_BLOCK_S = flags.DEFINE_float(
     "min_block_s", 0.25, "Each timed repeat runs whole steps for at least this "
     "many seconds (small steps run several per repeat).")
+_OUT = flags.DEFINE_string(
+    "out", None, "Folder to save the report in (train_bench.md and .json).")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False,
+                               "Replace an existing report in --out.")
 _MALLOPT = flags.DEFINE_bool(
     "mallopt", False, "Before JAX starts, make glibc keep freed memory in its "
     "main heap, so that XLA's temp buffer is not page-faulted in every step.")
@@ -286,45 +298,58 @@ def bench_step(case, roofline, repeats, min_block_s):
                 shape)
 
 
-def print_table(results):
+def table_lines(results):
+  """The results table, then each case's shape, as lines of text."""
   header = (f"{'measurement':42s} {'steps/s':>8s} {'ms/step':>8s} "
             f"{'GF/step':>7s} {'GF/step':>7s} {'GFLOP/s':>8s} {'GFLOP/s':>8s} "
             f"{'roofline':>8s} {'ratio':>6s} {'ratio':>6s} {'sys%':>5s}")
   units = (f"{'':42s} {'':>8s} {'':>8s} {'xla':>7s} {'anlytc':>7s} {'xla':>8s} "
            f"{'anlytc':>8s} {'GFLOP/s':>8s} {'xla':>6s} {'anlytc':>6s} {'':>5s}")
-  print(header)
-  print(units)
-  print("-" * len(header))
+  lines = [header, units, "-" * len(header)]
   for r in results:
-    print(f"{r.name:42s} {r.steps_per_s:8.2f} {1e3 / r.steps_per_s:8.2f} "
-          f"{r.xla_flops / 1e9:7.3f} {r.analytic_flops / 1e9:7.3f} "
-          f"{r.xla_rate / 1e9:8.2f} {r.analytic_rate / 1e9:8.2f} "
-          f"{r.roofline / 1e9:8.1f} {r.xla_rate / r.roofline:6.3f} "
-          f"{r.analytic_rate / r.roofline:6.3f} {100 * r.sys_share:5.1f}")
-  print()
-  for r in results:
-    print(f"  {r.name}: {r.shape}")
+    lines.append(
+        f"{r.name:42s} {r.steps_per_s:8.2f} {1e3 / r.steps_per_s:8.2f} "
+        f"{r.xla_flops / 1e9:7.3f} {r.analytic_flops / 1e9:7.3f} "
+        f"{r.xla_rate / 1e9:8.2f} {r.analytic_rate / 1e9:8.2f} "
+        f"{r.roofline / 1e9:8.1f} {r.xla_rate / r.roofline:6.3f} "
+        f"{r.analytic_rate / r.roofline:6.3f} {100 * r.sys_share:5.1f}")
+  lines.append("")
+  lines += [f"  {r.name}: {r.shape}" for r in results]
+  return lines
 
 
 def main(argv):
   del argv
   if _MALLOPT.value:
     keep_heap()
+  out = _OUT.value
+  paths = [] if out is None else [os.path.join(out, f"train_bench.{ext}")
+                                  for ext in ("md", "json")]
+  try:
+    reports.refuse_existing(paths, _OVERWRITE.value, flag="--overwrite")
+  except UserError as e:
+    sys.exit(f"error: {e}")
+  lines = []
+
+  def say(line=""):
+    print(line, flush=True)
+    lines.append(line)
+
   repeats, part = _REPEATS.value, _PART.value
   start = time.perf_counter()
   cpus = os.cpu_count()
   load = os.getloadavg()[0]
-  print(f"[train] jax {jax.__version__} on {jax.devices()[0].platform} "
-        f"({cpus} CPUs, 1-min load average {load:.1f}); medians of {repeats}"
-        f"{'; --mallopt' if _MALLOPT.value else ''}")
+  say(f"[train] jax {jax.__version__} on {jax.devices()[0].platform} "
+      f"({cpus} CPUs, 1-min load average {load:.1f}); medians of {repeats}"
+      f"{'; --mallopt' if _MALLOPT.value else ''}")
   if load > 0.5 * cpus:
-    print("  note: other processes share the CPUs; each ratio divides by a "
-          "roofline measured alongside its step, but the dot loses more to "
-          "them than a step does, so ratios read higher than on a quiet machine")
+    say("  note: other processes share the CPUs; each ratio divides by a "
+        "roofline measured alongside its step, but the dot loses more to "
+        "them than a step does, so ratios read higher than on a quiet machine")
   roofline = make_roofline()
   rate, secs = bench_roofline(roofline, repeats)
-  print(f"  roofline: jnp.dot {ROOFLINE_N}x{ROOFLINE_N} float32, {secs * 1e3:.1f} ms,"
-        f" {rate / 1e9:.1f} GFLOP/s")
+  say(f"  roofline: jnp.dot {ROOFLINE_N}x{ROOFLINE_N} float32, {secs * 1e3:.1f} ms,"
+      f" {rate / 1e9:.1f} GFLOP/s")
   cases = ([FIXED] if part in ("all", "fixed") else []) + (
       list(CONFIGS) if part in ("all", "configs") else [])
   if part == "microbatches":  # Each case by default, then in one whole batch.
@@ -333,23 +358,36 @@ def main(argv):
                                   microbatches=1))]
   results = [bench_step(case, roofline, repeats, _MIN_BLOCK_S.value)
              for case in cases]
-  print()
-  print_table(results)
+  say()
+  for line in table_lines(results):
+    say(line)
   for r in results:
     if r.name == FIXED.name:
       verdict = "meets" if r.analytic_rate / r.roofline >= TARGET_RATIO else "misses"
-      print(f"\n  fixed size {verdict} the issue's target of {TARGET_RATIO} x "
-            f"roofline on the analytic count: {r.analytic_rate / r.roofline:.3f}"
-            f" ({r.xla_rate / r.roofline:.3f} on XLA's count, which is "
-            f"{(r.xla_flops - r.analytic_flops) / 1e9:.2f} GFLOP/step higher: "
-            f"elementwise work and work the step need not do)")
+      say(f"\n  fixed size {verdict} the issue's target of {TARGET_RATIO} x "
+          f"roofline on the analytic count: {r.analytic_rate / r.roofline:.3f}"
+          f" ({r.xla_rate / r.roofline:.3f} on XLA's count, which is "
+          f"{(r.xla_flops - r.analytic_flops) / 1e9:.2f} GFLOP/step higher: "
+          f"elementwise work and work the step need not do)")
   if part == "microbatches":
-    print()
+    say()
     for default, whole in zip(results[::2], results[1::2]):
-      print(f"  {default.name}: default microbatches run "
-            f"{default.steps_per_s / whole.steps_per_s:.2f}x the steps/s of "
-            "the whole batch")
-  print(f"  total {time.perf_counter() - start:.0f}s")
+      say(f"  {default.name}: default microbatches run "
+          f"{default.steps_per_s / whole.steps_per_s:.2f}x the steps/s of "
+          "the whole batch")
+  say(f"  total {time.perf_counter() - start:.0f}s")
+  if out is not None:
+    os.makedirs(out, exist_ok=True)
+    with open(paths[0], "w") as f:
+      f.write("\n".join(lines) + "\n")
+    reports.write_json(paths[1], dict(
+        roofline_flops_per_s=rate, load_average_1min=load, cpus=cpus,
+        repeats=repeats, part=part, mallopt=_MALLOPT.value,
+        results=[dict(dataclasses.asdict(r),
+                      ratio_analytic=r.analytic_rate / r.roofline,
+                      ratio_xla=r.xla_rate / r.roofline) for r in results],
+        provenance=reports.provenance()))
+    print(f"wrote {paths[0]} and {paths[1]}")
 
 
 if __name__ == "__main__":

@@ -181,6 +181,22 @@ class ModelsTest(chex.TestCase):
              for s in (True, False)]
     chex.assert_trees_all_close(*grads, atol=1e-4, rtol=1e-4)
 
+  @parameterized.product(variant=models.VARIANTS, shared=[False, True],
+                         num_layers=[1, 3])
+  def test_random_first_layer_matches_reference_and_plain_grads(
+      self, variant, shared, num_layers):
+    """The random UT's first layer from its tables (`_random_first_layer`)
+    against the numpy reference, and its gradients against the plain layer."""
+    spec = make_spec("random", variant, shared=shared, num_layers=num_layers)
+    params, tokens = make_inputs(spec, seed=4)
+    np.testing.assert_allclose(np.asarray(apply(params, spec, tokens)),
+                               np_model(params, spec, tokens), atol=1e-4, rtol=1e-4)
+    loss = lambda p, structured: jnp.sum(jnp.sin(models.apply(
+        p, spec, tokens, structured=structured)))
+    grads = [jax.jit(jax.grad(loss), static_argnums=1)(params, s)
+             for s in (True, False)]
+    chex.assert_trees_all_close(*grads, atol=1e-4, rtol=1e-4)
+
   @parameterized.parameters("sparse", "random", "trained")
   def test_mlp_width_sets_hidden_width_and_matches_reference(self, kind):
     """mlp_width = F overrides mlp_ratio * M (the reference reads F off w1)."""

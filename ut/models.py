@@ -193,6 +193,40 @@ def attention(params, spec, z_BxTxM, layer, precision=None):
       causal=spec.causal, precision=precision)
 
 
+def _random_first_layer(params, spec, tokens_BxT, z_BxTxM, precision):
+  """Layer 1 of the random UT (no residual), its values from the tables.
+
+  Its input z = E_tok[x] + E_pos[t] has V + T distinct parts, so
+  z wv_h = onehot (E_tok wv_h) + (E_pos wv_h)[t], and with res_ln
+  LN(z) wv_h = inv (z wv_h - mean 1^T wv_h): (V + T) M^2 H FLOPs for the
+  tables instead of B T M^2 H for the values, the largest matmul of the layer.
+  `transformer.attention_layer` computes the same (tested equal, gradients
+  too).
+  """
+  b, t = tokens_BxT.shape
+  h = spec.num_heads
+  wq, wk, wv, _ = transformer.layer_params(params["layers"], 0)
+  ln = spec.variant != "attn"
+  stats = _level_stats([z_BxTxM]) if ln else None
+  x_BxTxM = (z_BxTxM - stats[0]) * stats[1] if ln else z_BxTxM
+  a_BxHxTxT = transformer.attention_maps(x_BxTxM, wq, wk, causal=spec.causal,
+                                         precision=precision)
+  tok_VxHM = jnp.einsum("vm,hmn->vhn", params["embed"]["token"], wv,
+                        precision=precision).reshape(spec.vocab_size, -1)
+  pos_TxHxM = jnp.einsum("tm,hmn->thn", params["embed"]["position"][:t], wv,
+                         precision=precision)
+  v_BxTxHxM = (token_embed(tokens_BxT, tok_VxHM, precision).reshape(b, t, h, -1)
+               + pos_TxHxM[None])
+  if ln:
+    mean_BxTx1, inv_BxTx1 = stats
+    v_BxTxHxM = inv_BxTx1[..., None] * (
+        v_BxTxHxM - mean_BxTx1[..., None] * wv.sum(1)[None, None])
+  # sum_h A_h V_h as one batched matmul over columns (h, s).
+  a_BxTxHT = a_BxHxTxT.transpose(0, 2, 1, 3).reshape(b, t, h * t)
+  v_BxHTxM = v_BxTxHxM.transpose(0, 2, 1, 3).reshape(b, h * t, -1)
+  return transformer.batched_matmul(a_BxTxHT, v_BxHTxM, precision)
+
+
 def _level_stats(levels, eps=1e-5):
   """LayerNorm's mean and 1/std, (B, T, 1), of the concatenation of `levels`.
 
@@ -341,7 +375,8 @@ def apply(params, spec, tokens_BxT, precision=None, structured=True):
   """Logits (B, T, C) for token ids (B, T).
 
   structured=False runs the sparse kind on the flat m-wide state (the reference
-  for the per-level path).
+  for the per-level path), and the random kind's first layer as every other
+  (the reference for `_random_first_layer`).
   """
   if tokens_BxT.shape[1] > spec.max_len:
     raise UserError(f"sequence length {tokens_BxT.shape[1]} exceeds the model's "
@@ -351,7 +386,10 @@ def apply(params, spec, tokens_BxT, precision=None, structured=True):
   z = embed(params, tokens_BxT, precision)
   ln = spec.variant != "attn"
   for layer in range(spec.num_layers):
-    a = attention(params, spec, layer_norm(z) if ln else z, layer, precision)
+    if layer == 0 and spec.kind == "random" and structured:
+      a = _random_first_layer(params, spec, tokens_BxT, z, precision)
+    else:
+      a = attention(params, spec, layer_norm(z) if ln else z, layer, precision)
     z = z + a if spec.residual else a
     if spec.variant == "res_ln_mlp":
       mlp = jax.tree.map(lambda w: w[layer], params["mlp"])

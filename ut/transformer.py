@@ -90,6 +90,17 @@ def _softmax_bwd(y, g):
 softmax.defvjp(_softmax_fwd, _softmax_bwd)
 
 
+def attention_maps(x_BxTxW, wq_HxWxK, wk_HxWxK, *, causal, precision=HIGHEST):
+  """A_h for every head, (B, H, T, T); Q and K of every head from one matmul."""
+  wqk_Wx2xHxK = jnp.stack([wq_HxWxK, wk_HxWxK]).transpose(2, 0, 1, 3)
+  qk_BxTx2xHxK = jnp.einsum("btw,wchk->btchk", x_BxTxW, wqk_Wx2xHxK,
+                            precision=precision)
+  q_BxHxTxK = qk_BxTx2xHxK[:, :, 0].transpose(0, 2, 1, 3)
+  k_BxHxTxK = qk_BxTx2xHxK[:, :, 1].transpose(0, 2, 1, 3)
+  return attention_weights(q_BxHxTxK, k_BxHxTxK, causal=causal,
+                           precision=precision)
+
+
 def attention_layer(x_BxTxW, wq_HxWxK, wk_HxWxK, wv_HxWxV, wo_HxVxW=None, *,
                     causal, precision=HIGHEST):
   """Sum over heads of A_h X wv_h wo_h (no residual).
@@ -98,13 +109,8 @@ def attention_layer(x_BxTxW, wq_HxWxK, wk_HxWxK, wv_HxWxV, wo_HxVxW=None, *,
   come from one matmul, and without wo (a UT: V = W) sum_h (A_h X) wv_h is one
   batched matmul with rows (t, h) and one matmul contracting (h, w).
   """
-  wqk_Wx2xHxK = jnp.stack([wq_HxWxK, wk_HxWxK]).transpose(2, 0, 1, 3)
-  qk_BxTx2xHxK = jnp.einsum("btw,wchk->btchk", x_BxTxW, wqk_Wx2xHxK,
-                            precision=precision)
-  q_BxHxTxK = qk_BxTx2xHxK[:, :, 0].transpose(0, 2, 1, 3)
-  k_BxHxTxK = qk_BxTx2xHxK[:, :, 1].transpose(0, 2, 1, 3)
-  a_BxHxTxT = attention_weights(q_BxHxTxK, k_BxHxTxK, causal=causal,
-                                precision=precision)
+  a_BxHxTxT = attention_maps(x_BxTxW, wq_HxWxK, wk_HxWxK, causal=causal,
+                             precision=precision)
   if wo_HxVxW is None and wv_HxWxV.shape[-1] == x_BxTxW.shape[-1]:
     b, t, w = x_BxTxW.shape
     h = wv_HxWxV.shape[0]

@@ -1,0 +1,66 @@
+"""The training-step benchmark's saved report (`train_bench --out`)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+from tests import cli_helpers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_bench(out, *flags):
+  return subprocess.run(
+      [sys.executable, "-m", "benchmarks.train_bench", "--part=fixed",
+       "--repeats=1", "--min_block_s=0", f"--out={out}", *flags], cwd=ROOT,
+      capture_output=True, text=True, timeout=600, check=False)
+
+
+def fixed_step_flops():
+  """Matmul FLOPs of one fixed-size step, counted here from the model: random
+  UT, attention only, B=256 strings of T=64 tokens, m=256, H=2 heads of width
+  32, L=2, vocabulary 4, 2 classes. Forward: one-hot embedding, per layer and
+  head Z R_Q, Z R_K, Z R_V (frozen: backward 1x), Q K^T and A (Z R_V)
+  (activations: backward 2x), and the unembedding (trains: backward 2x)."""
+  b, t, m, h, k, vocab, classes, layers = 256, 64, 256, 2, 32, 4, 2, 2
+  frozen = 2 * b * t * vocab * m + layers * h * (
+      2 * b * t * m * k * 2 + 2 * b * t * m * m)
+  activations = layers * h * (2 * b * t * t * k + 2 * b * t * t * m)
+  unembed = 2 * b * t * m * classes
+  return 2 * frozen + 3 * (activations + unembed)
+
+
+class TrainBenchTest(absltest.TestCase):
+
+  def test_report_is_saved_and_kept(self):
+    out = self.create_tempdir().full_path
+    proc = run_bench(out)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    with open(os.path.join(out, "train_bench.json")) as f:
+      report = json.load(f)
+    (fixed,) = report["results"]
+    self.assertIn("fixed", fixed["name"])
+    self.assertAlmostEqual(fixed["analytic_flops"], fixed_step_flops(), delta=1)
+    self.assertGreater(fixed["steps_per_s"], 0)
+    self.assertAlmostEqual(
+        fixed["ratio_analytic"],
+        fixed["analytic_flops"] * fixed["steps_per_s"] / fixed["roofline"],
+        places=6)
+    self.assertIn("git_commit", report["provenance"])
+    with open(os.path.join(out, "train_bench.md")) as f:
+      text = f.read()
+    self.assertIn(f"{fixed['ratio_analytic']:.3f}", text)
+    self.assertIn("the issue's target of 0.65", text)
+    before = os.path.getmtime(os.path.join(out, "train_bench.json"))
+    proc = run_bench(out)
+    cli_helpers.assert_one_line_error(
+        self, proc, r"train_bench.md already exists; pass --overwrite")
+    self.assertEqual(os.path.getmtime(os.path.join(out, "train_bench.json")),
+                     before)
+
+
+if __name__ == "__main__":
+  absltest.main()
