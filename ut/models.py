@@ -322,15 +322,16 @@ def _mlp_string_major(ut, mlp, levels, precision):
   one matmul each way instead of one per level, and the LayerNorm of the whole
   state in one pass. Measured on one core (k-hop k = 4, m = 4000, F = 32, a
   128-token microbatch, 5 layers forward and backward): 12.6 ms against 29.8 ms
-  per level.
+  per level. LN(z) W1 is `_normed_matmul`, with no normalised copy of z: the
+  whole k-hop step 0.89x (k = 3) and 0.92x (k = 4) the time with one, side by
+  side on one core; Dyck unchanged.
   """
   z = jnp.concatenate(levels, axis=-1)
   w1, w2, b2 = (jnp.concatenate(_string_major(ut, w, axis), axis=axis)
                 for w, axis in ((mlp["w1"], 0), (mlp["w2"], -1),
                                 (mlp["b2"], -1)))
-  hidden = jax.nn.gelu(
-      jnp.einsum("btm,mf->btf", layer_norm(z), w1, precision=precision)
-      + mlp["b1"][None, None])
+  hidden = jax.nn.gelu(_normed_matmul([z], [w1], _level_stats([z]), precision)
+                       + mlp["b1"][None, None])
   z = (z + jnp.einsum("btf,fm->btm", hidden, w2, precision=precision)
        + b2[None, None])
   return jnp.split(z, np.cumsum([zj.shape[-1] for zj in levels])[:-1], axis=-1)
