@@ -53,7 +53,11 @@ FLOP counts of one step, two ways:
             F = spec.mlp_hidden_width. Forward:
       embedding  2BTVM (a one-hot matmul; the position table is an add)
       per layer, random   H [2*2BTMK (Z R_Q, Z R_K) + 2BTTK (Q K^T)
-                             + 2BTMM (Z R_V) + 2BTTM (A (Z R_V))]
+                             + 2BTMM (Z R_V) + 2BTTM (A (Z R_V))], except
+                          that layer 1 takes Z R_V from the tables
+                          (`models._random_first_layer`): H 2(V+T)MM
+                          (E_tok R_V, E_pos R_V) + 2BTV HM (one-hot) in
+                          place of H 2BTMM
                  trained  H [2*2BTMK + 2BTTK + 2BTMK (Z W_V) + 2BTTK (A V)
                              + 2BTKM (W_O)]
                  sparse   H 2BTTd (Q K^T) + sum_j 2BTT F_j over the levels j >= 1
@@ -70,7 +74,8 @@ FLOP counts of one step, two ways:
             A V, routing), the unembedding and every matmul of `trained` 2x.
             Softmax, LayerNorm, masks, loss and the AdamW update are
             O(BHT^2 + BTM + #params) elementwise work and not counted.
-            Fixed size: 13.2 GFLOP forward, 28.84 GFLOP per step.
+            Fixed size: 8.99 GFLOP forward, 20.42 GFLOP per step (28.84 with
+            layer 1 computed as the others: the dense UT of DESIGN §1).
 ratio = achieved FLOP/s / roofline FLOP/s (medians; the roofline measured
 alongside that step).
 """
@@ -183,7 +188,9 @@ def analytic_flops(spec, batch_size, num_tokens):
   out_width = m
   for layer in range(num_layers):
     if spec.kind == "random":
-      once += h * (2 * 2 * b * t * m * k + 2 * b * t * m * m)
+      values = (2 * (spec.vocab_size + t) * m * h * m + 2 * b * t * spec.vocab_size
+                * h * m if layer == 0 else h * 2 * b * t * m * m)
+      once += h * 2 * 2 * b * t * m * k + values
       twice += h * (2 * b * t * t * k + 2 * b * t * t * m)
     elif spec.kind == "trained":
       twice += h * (2 * 2 * b * t * m * k + 2 * b * t * t * k + 2 * b * t * m * k
