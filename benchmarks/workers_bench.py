@@ -2,6 +2,7 @@ r"""How to run a sweep on a CPU host: one process, or N workers pinned or not.
 
   python -m benchmarks.workers_bench                 # < 3 min on 2 CPUs
   python -m benchmarks.workers_bench --workers=2 --cases=khop_random_attn_k2
+  python -m benchmarks.workers_bench --pairs=khop_sparse_res_ln_mlp_k3:khop_random_res_ln_mlp_k4
 
 Each case is the train step of a default config (the configs `launch.sweep`
 runs), timed in fresh processes three ways, side by side in one invocation:
@@ -11,6 +12,12 @@ alone     one process on all the CPUs (XLA runs independent ops of a step on
 unpinned  --workers such processes at once, each free to use every CPU;
 pinned    --workers such processes at once, each pinned to its share of the
           CPUs (`ut.sweep.worker_cpus`), as `launch.sweep --workers` starts them.
+
+--pairs=A:B instead times two cases as two pinned workers (`worker_cpus` of
+2): each alone on its share, beside its twin, and beside the other case. The
+sweep's `worker_order` keeps the sparse UT's memory-bound runs apart when it
+can; `mixed/twins` is (A beside B + B beside A) / (A beside A + B beside B),
+the time of a step of each mixed against twinned: below 1, mixing wins.
 
 Processes run together start their timed blocks at once: each waits, warmed up,
 until all are. A process compiles the step, runs it once, then times --repeats
@@ -34,6 +41,9 @@ _WORKERS = flags.DEFINE_integer("workers", 2, "Processes run together.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed blocks (median reported).")
 _BLOCK_S = flags.DEFINE_float("block_s", 1.0, "Least seconds per timed block.")
 _CASES = flags.DEFINE_list("cases", None, "Case names (default: all).")
+_PAIRS = flags.DEFINE_list(
+    "pairs", None, "CASE_A:CASE_B pairs to time as two pinned workers: alone, "
+    "beside a twin and beside each other (instead of --cases).")
 _CHILD = flags.DEFINE_string("child", None, "Internal: time this case, print ms.")
 
 # (config file, argument): default configs of the tables' sweeps.
@@ -43,7 +53,11 @@ CASES = {
     "khop_random_attn_k2": ("khop", "model=random,variant=attn,k=2"),
     "khop_sparse_res_ln_k2": ("khop", "model=sparse,variant=res_ln,k=2"),
     "khop_sparse_res_ln_mlp_k4": ("khop", "model=sparse,variant=res_ln_mlp,k=4"),
+    "khop_sparse_res_ln_mlp_k3": ("khop", "model=sparse,variant=res_ln_mlp,k=3"),
+    "khop_random_res_ln_mlp_k4": ("khop", "model=random,variant=res_ln_mlp,k=4"),
 }
+# Cases of the default run (the last two are for --pairs).
+DEFAULT_CASES = tuple(CASES)[:5]
 
 
 def time_case(name, repeats, block_s):
@@ -102,15 +116,48 @@ def _ms(procs):
   return [float(out.strip().splitlines()[-1]) for out, _ in outs]
 
 
+def _check_cases(names):
+  unknown = sorted(set(names) - set(CASES))
+  if unknown:
+    raise app.UsageError(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+
+
+def time_pairs(pairs):
+  """--pairs: each pair as two pinned workers, alone, twinned and mixed."""
+  from ut import sweep  # pylint: disable=g-import-not-at-top
+  cpus = [sweep.worker_cpus(i, 2) for i in range(2)]
+  print(f"{'pair A:B':52s} {'A alone':>8s} {'A|A':>7s} {'A|B':>7s} "
+        f"{'B alone':>8s} {'B|B':>7s} {'B|A':>7s} {'mixed/twins':>11s}")
+  for pair in pairs:
+    a, b = pair.split(":")
+    a_alone = _ms([_spawn(a, cpus[0])])[0]
+    b_alone = _ms([_spawn(b, cpus[1])])[0]
+    a_twin = statistics.median(_ms([_spawn(a, c) for c in cpus]))
+    b_twin = statistics.median(_ms([_spawn(b, c) for c in cpus]))
+    a_mixed, b_mixed = _ms([_spawn(a, cpus[0]), _spawn(b, cpus[1])])
+    print(f"{pair:52s} {a_alone:8.1f} {a_twin:7.1f} {a_mixed:7.1f} "
+          f"{b_alone:8.1f} {b_twin:7.1f} {b_mixed:7.1f} "
+          f"{(a_mixed + b_mixed) / (a_twin + b_twin):11.3f}")
+  print("ms/step; A|B: A's step beside B's, each process pinned to one "
+        "worker's CPUs")
+
+
 def main(argv):
   del argv
   if _CHILD.value:
     print(f"{time_case(_CHILD.value, _REPEATS.value, _BLOCK_S.value):.4f}")
     return
-  names = _CASES.value or list(CASES)
-  unknown = sorted(set(names) - set(CASES))
-  if unknown:
-    raise app.UsageError(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+  if _PAIRS.value:
+    if any(p.count(":") != 1 for p in _PAIRS.value):
+      raise app.UsageError(f"--pairs={','.join(_PAIRS.value)}: write each pair "
+                           "as CASE_A:CASE_B")
+    _check_cases([c for p in _PAIRS.value for c in p.split(":")])
+    print(f"[workers] {os.cpu_count()} CPUs, 1-min load average "
+          f"{os.getloadavg()[0]:.1f}; medians of {_REPEATS.value} blocks")
+    time_pairs(_PAIRS.value)
+    return
+  names = _CASES.value or list(DEFAULT_CASES)
+  _check_cases(names)
   w = _WORKERS.value
   if w < 1:
     raise app.UsageError(f"--workers={w}; use 1 or more")

@@ -37,7 +37,8 @@ _DISTRIBUTED = flags.DEFINE_bool("distributed", False,
 _WORKERS = flags.DEFINE_integer(
     "workers", 1, "CPU only: train in this many processes, each pinned to its "
     "share of the CPUs; each takes the largest run (or vmapped group) not yet "
-    "taken. E.g. the number of cores.")
+    "taken, half of them the sparse UT's runs first, the others last (they "
+    "compete for memory bandwidth). E.g. the number of cores.")
 _WORKER_INDEX = flags.DEFINE_integer("worker_index", None,
                                      "Set by --workers for its child processes.")
 _WORKER_CLAIMS = flags.DEFINE_string("worker_claims", None,

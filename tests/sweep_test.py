@@ -226,6 +226,24 @@ class SweepTest(absltest.TestCase):
     self.assertGreater(cost["model=sparse"], cost["model=random"])
     self.assertGreater(cost["model=random"], cost["model=trained"])
 
+  def test_workers_split_memory_bound_and_other_runs(self):
+    units = [[run] for run in sweep.collect_runs(sweep_config, "kinds")]
+    kinds = lambda order: [u[0][1].model.kind for u in order]
+    size = lambda order: [sweep.cost_proxy(u[0][1]) for u in order]
+    alone = sweep.worker_order(units, 0, 1)
+    self.assertEqual(size(alone), sorted(size(units), reverse=True))
+    even, odd = sweep.worker_order(units, 2, 4), sweep.worker_order(units, 1, 4)
+    num_sparse = kinds(units).count("sparse")
+    self.assertGreater(num_sparse, 0)
+    self.assertLess(num_sparse, len(units))
+    self.assertEqual(kinds(even)[:num_sparse], ["sparse"] * num_sparse)
+    self.assertNotIn("sparse", kinds(odd)[:len(units) - num_sparse])
+    for order, split in ((even, num_sparse), (odd, len(units) - num_sparse)):
+      # Every unit once, largest first within each class.
+      self.assertCountEqual([u[0][0] for u in order], [u[0][0] for u in units])
+      for part in (order[:split], order[split:]):
+        self.assertEqual(size(part), sorted(size(part), reverse=True))
+
   def test_compiled_rows_reuse_the_trained_run(self):
     tmp = self.create_tempdir().full_path
     config = (os.path.join(ROOT, "configs", "dyck_table.py") +

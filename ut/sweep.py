@@ -203,7 +203,7 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
                else "one run after another (single CPU device)")
   mine = work_units(list(groups.values()), vmapped)
   if worker is not None:  # Largest first; each unit goes to whoever is free.
-    mine = sorted(mine, key=lambda members: -cost_proxy(members[0][1]))
+    mine = worker_order(mine, worker[0], worker[1])
   claimed = 0
   for members in mine:
     pending = [(n, c) for n, c in members if not _done(workdir, n, c)]
@@ -311,6 +311,31 @@ def cost_proxy(config):
           * (2 if spec.variant == "res_ln_mlp" else 1))
 
 
+def memory_bound(config):
+  """True for the sparse UT, whose step streams its m-wide state with little
+  arithmetic per byte (`models._apply_sparse`)."""
+  return config.model.kind == "sparse"
+
+
+def worker_order(units, index, count):
+  """The order in which worker `index` of `count` tries to claim work units.
+
+  Largest first (`cost_proxy`). With several workers, even-numbered ones try
+  the memory-bound units (`memory_bound`) first and odd-numbered ones the
+  others, so that two memory-bound runs seldom share the memory bus:
+  `benchmarks/workers_bench.py --pairs` measured a step of the k-hop sparse UT
+  (k = 3, res_ln_mlp) and one of the random UT (k = 4, res_ln_mlp), each pinned
+  to one of 2 cores, at 0.85x-0.88x the time side by side that each takes
+  beside its twin.
+  """
+  units = sorted(units, key=lambda members: -cost_proxy(members[0][1]))
+  if count < 2:
+    return units
+  first = index % 2 == 0
+  return ([u for u in units if memory_bound(u[0][1]) == first]
+          + [u for u in units if memory_bound(u[0][1]) != first])
+
+
 def claims_folder(workdir):
   """A new folder for one set of workers' claims (removed when they are done)."""
   os.makedirs(os.path.join(workdir, "claims"), exist_ok=True)
@@ -350,7 +375,8 @@ def worker_command(argv, index, count, claims):
   keeps about 1.7 of 2 cores busy. Workers side by side are each pinned to
   their own CPUs (`worker_cpus`) rather than all competing for all of them.
   Each takes the largest unit of work (`work_units`, `cost_proxy`) that no
-  worker has claimed yet (`claim`), so the load balances itself.
+  worker has claimed yet (`claim`), so the load balances itself; half of them
+  look at memory-bound units first, the others last (`worker_order`).
   `benchmarks/workers_bench.py` measures one process against pinned and
   unpinned workers.
   """
