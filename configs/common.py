@@ -62,7 +62,7 @@ def base_config(kind, variant, seed):
   config.model = ml_collections.ConfigDict(dict(
       kind=kind, variant=variant, num_heads=2, num_layers=2, width=16, m=256,
       head_width=32, mlp_ratio=1, mlp_width=0, causal=True, ut_seed=0,
-      shared=False))
+      shared=False, embed_scale=1.0))
   config.model.update(MODEL_DEFAULTS[kind])
   # '' trains the model; 'sparse' or 'random' (a trained attn model only):
   # compile the trained model into that fixed UT and report the UT, with no

@@ -6,7 +6,8 @@ r"""Dyck-1 (is a parenthesis string balanced?) with a fixed UT or a trained mode
   python -m launch.train --config=configs/dyck.py:smoke --workdir=/tmp/w   # seconds
 
 Arguments: model=sparse|random|trained, variant=attn|res_ln|res_ln_mlp,
-mix=za|hard, max_len=INT, seed=INT, smoke. Single fields: --config.train.steps=...
+mix=za|hard, max_len=INT, seed=INT, embed_scale=FLOAT (the std of E's initial
+entries; default 1.0), smoke. Single fields: --config.train.steps=...
 
 Paper (attention-only, `za`-style mix): sparse UT 100%, random UT 94.4%, trained
 about the same. Expected here: see README (results come from commands only).
@@ -28,10 +29,12 @@ from configs import common
 
 def get_config(arg=None):
   args = common.parse_arg(arg, dict(model="sparse", variant="attn", mix="za",
-                                    max_len=16, seed=0, smoke=False))
+                                    max_len=16, seed=0, embed_scale=1.0,
+                                    smoke=False))
   config = common.base_config(args["model"], args["variant"], args["seed"])
   config.task = "dyck"
   config.data = dict(max_len=args["max_len"], mix=args["mix"])
+  config.model.embed_scale = args["embed_scale"]
   if args["smoke"]:
     common.smoke(config)
     config.data.max_len = 8

@@ -14,7 +14,8 @@ VARIANTS = "attn+res_ln+res_ln_mlp"
 
 def parse_grid(arg, **extra):
   args = common.parse_arg(arg, dict(kinds=KINDS, variants=VARIANTS, seeds=3,
-                                    compiled=True, smoke=False, **extra))
+                                    compiled=True, embed_scale=1.0, smoke=False,
+                                    **extra))
   for key in ("kinds", "variants"):
     args[key] = args[key].split("+")
   return args
@@ -29,6 +30,8 @@ def add_grid(add, args, axis, values, compiled_values=None):
       for variant in args["variants"]:
         for seed in range(args["seeds"]):
           run = (f"model={kind},variant={variant},{axis}={value},seed={seed}"
+                 + (f",embed_scale={args['embed_scale']}"
+                    if args["embed_scale"] != 1.0 else "")
                  + (",smoke" if args["smoke"] else ""))
           add(run)
           if (args["compiled"] and (kind, variant) == ("trained", "attn")

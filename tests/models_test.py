@@ -236,6 +236,18 @@ class ModelsTest(chex.TestCase):
     with self.assertRaisesRegex(UserError, "position table"):
       models.apply(params, spec, jnp.zeros((1, MAX_LEN + 1), jnp.int32))
 
+  @parameterized.parameters("sparse", "random", "trained")
+  def test_embed_scale_scales_only_the_embedding(self, kind):
+    key = jax.random.PRNGKey(3)
+    base = models.init(key, make_spec(kind, "res_ln_mlp"))
+    scaled = models.init(key, make_spec(kind, "res_ln_mlp", embed_scale=0.1))
+    for path, leaf in jax.tree_util.tree_leaves_with_path(base):
+      got = scaled
+      for p in path:
+        got = got[p.key]
+      want = np.float32(0.1) * np.asarray(leaf) if path[0].key == "embed" else leaf
+      np.testing.assert_array_equal(got, want, err_msg=str(path))
+
   @parameterized.named_parameters(
       ("unknown_kind", dict(kind="dense"), "kind"),
       ("unknown_variant", dict(variant="mlp_only"), "variant"),
@@ -246,6 +258,9 @@ class ModelsTest(chex.TestCase):
       ("float_vocab", dict(vocab_size=2.5), "vocab_size"),
       ("zero_max_len", dict(max_len=0), "max_len"),
       ("negative_mlp_width", dict(mlp_width=-1), "mlp_width"),
+      ("zero_embed_scale", dict(embed_scale=0.0), "embed_scale"),
+      ("nan_embed_scale", dict(embed_scale=float("nan")), "embed_scale"),
+      ("text_embed_scale", dict(embed_scale="0.1"), "embed_scale"),
   )
   def test_bad_spec_raises_user_error(self, overrides, name):
     kw = dict(kind="random", variant="attn")

@@ -109,7 +109,8 @@ class SweepTest(absltest.TestCase):
     runs = sweep.collect_runs(sweep_config, "sparse")
     for i, (name, config) in enumerate(runs):
       recorded = json.loads(config.to_json_best_effort())
-      del recorded["model"]["mlp_width"]  # As recorded before it existed.
+      # As recorded before these fields existed.
+      del recorded["model"]["mlp_width"], recorded["model"]["embed_scale"]
       if i == 2:
         recorded["train"]["steps"] = 999
       os.makedirs(os.path.join(tmp, "runs", name))
@@ -225,6 +226,16 @@ class SweepTest(absltest.TestCase):
     cost = {name.split("_")[0]: sweep.cost_proxy(c) for name, c in configs.items()}
     self.assertGreater(cost["model=sparse"], cost["model=random"])
     self.assertGreater(cost["model=random"], cost["model=trained"])
+
+  def test_table_grid_passes_embed_scale(self):
+    module = sweep.load_config_module(os.path.join(ROOT, "configs", "khop_table.py"))
+    grid = "ks=2,kinds=sparse,variants=res_ln,seeds=2"
+    default = sweep.collect_runs(module, grid)
+    scaled = sweep.collect_runs(module, grid + ",embed_scale=0.1")
+    self.assertEqual([c.model.embed_scale for _, c in default], [1.0, 1.0])
+    self.assertEqual([c.model.embed_scale for _, c in scaled], [0.1, 0.1])
+    self.assertNotIn("embed_scale", default[0][0])  # Names of the tables' runs
+    self.assertIn("embed_scale=0.1", scaled[0][0])  # stay as recorded.
 
   def test_workers_split_memory_bound_and_other_runs(self):
     units = [[run] for run in sweep.collect_runs(sweep_config, "kinds")]

@@ -381,6 +381,8 @@ class CommandLineTest(parameterized.TestCase):
       ("unknown_argument", "configs/dyck.py:foo=1", r"unknown config argument 'foo'"),
       ("unknown_variant", "configs/dyck.py:smoke,variant=nope",
        r"unknown variant 'nope'"),
+      ("negative_embed_scale", "configs/khop.py:smoke,embed_scale=-1",
+       r"model.embed_scale=-1.0 must be a positive number"),
   )
   def test_bad_config_argument_is_one_line_error(self, config, pattern):
     workdir = os.path.join(self.create_tempdir().full_path, "run")

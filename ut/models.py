@@ -58,6 +58,7 @@ class ModelSpec:
   causal: bool = True
   ut_seed: int = 0         # random: seed of the frozen weights.
   shared: bool = False     # random: one set of weights for every layer.
+  embed_scale: float = 1.0  # Std of E's initial entries (token and position).
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -69,6 +70,11 @@ class ModelSpec:
       v = getattr(self, name)
       if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
         raise UserError(f"model.{name}={v!r} must be a positive integer")
+    if (not isinstance(self.embed_scale, (int, float, np.number))
+        or isinstance(self.embed_scale, bool)
+        or not 0 < self.embed_scale < np.inf):
+      raise UserError(f"model.embed_scale={self.embed_scale!r} must be a "
+                      "positive number (the std of E's initial entries, e.g. 1.0)")
     if (not isinstance(self.mlp_width, (int, np.integer))
         or isinstance(self.mlp_width, bool) or self.mlp_width < 0):
       raise UserError(f"model.mlp_width={self.mlp_width!r} must be a positive "
@@ -105,8 +111,10 @@ def init(key, spec, dtype=jnp.float32):
   k_tok, k_pos, k_u, k_layers, k_mlp = jax.random.split(key, 5)
   params = {
       "embed": {
-          "token": jax.random.normal(k_tok, (spec.vocab_size, m), dtype),
-          "position": jax.random.normal(k_pos, (spec.max_len, m), dtype),
+          "token": spec.embed_scale * jax.random.normal(
+              k_tok, (spec.vocab_size, m), dtype),
+          "position": spec.embed_scale * jax.random.normal(
+              k_pos, (spec.max_len, m), dtype),
       },
       "unembed": jax.random.normal(k_u, (m, c), dtype) / np.sqrt(m),
   }

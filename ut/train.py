@@ -47,7 +47,8 @@ def model_spec(config, task_info):
       num_heads=mc.num_heads, num_layers=mc.num_layers, width=mc.width, m=mc.m,
       head_width=mc.head_width, mlp_ratio=mc.mlp_ratio,
       mlp_width=mc.get("mlp_width", 0), causal=mc.causal,
-      ut_seed=mc.ut_seed, shared=mc.shared)
+      ut_seed=mc.ut_seed, shared=mc.shared,
+      embed_scale=mc.get("embed_scale", 1.0))
 
 
 def lr_schedule(tc, peak_lr):
@@ -228,7 +229,7 @@ def train_batch(config, task, step):
 
 
 # Config fields added after runs were recorded: their value in older runs.
-_ADDED_FIELDS = {"model.mlp_width": 0}
+_ADDED_FIELDS = {"model.mlp_width": 0, "model.embed_scale": 1.0}
 
 
 def stored_config(config_dict):
