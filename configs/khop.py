@@ -29,7 +29,9 @@ passed 99.9% by step 1500.
 embed_scale: E's initial entries are N(0, 1) (embed_scale=1.0) in the tables.
 With embed_scale=0.1 the sparse UT with res_ln left the plateau on all 6 seeds
 at k = 2 (results/khop_k2_embed01; with 1.0, two of six stayed below 99%:
-results/khop_k2_seeds). See the README's k-hop section.
+results/khop_k2_seeds), and the random UT 99.97% there (58.89% with 1.0); at
+k = 3 the sparse UT's seeds split (99.95, 43.95, 46.32: results/khop_embed01).
+See the README's k-hop section.
 
 Why batch 32 and the d-wide MLP: time. The sparse UT's width grows as 2^L
 (m = 416, 928, 1952, 4000 for L = 2..5), and an m-wide MLP costs m^2 per
