@@ -45,6 +45,19 @@ def make_spec(kind, variant, **overrides):
 apply = jax.jit(models.apply, static_argnums=1)
 
 
+def assert_matches_reference_and_plain_grads(spec, seed):
+  """apply against the numpy reference, and the gradients of its structured
+  path (sparse levels, random first layer) against structured=False."""
+  params, tokens = make_inputs(spec, seed=seed)
+  np.testing.assert_allclose(np.asarray(apply(params, spec, tokens)),
+                             np_model(params, spec, tokens), atol=1e-4, rtol=1e-4)
+  loss = lambda p, structured: jnp.sum(jnp.sin(models.apply(
+      p, spec, tokens, structured=structured)))
+  grads = [jax.jit(jax.grad(loss), static_argnums=1)(params, s)
+           for s in (True, False)]
+  chex.assert_trees_all_close(*grads, atol=1e-4, rtol=1e-4)
+
+
 @functools.lru_cache(maxsize=None)
 def make_inputs(spec, seed=0, t=T):
   params = models.init(jax.random.PRNGKey(seed), spec)
@@ -172,14 +185,7 @@ class ModelsTest(chex.TestCase):
     h, num_layers, d = shape
     spec = make_spec("sparse", variant, num_heads=h, num_layers=num_layers,
                      width=d, causal=causal)
-    params, tokens = make_inputs(spec, seed=1)
-    np.testing.assert_allclose(np.asarray(apply(params, spec, tokens)),
-                               np_model(params, spec, tokens), atol=1e-4, rtol=1e-4)
-    loss = lambda p, structured: jnp.sum(jnp.sin(models.apply(
-        p, spec, tokens, structured=structured)))
-    grads = [jax.jit(jax.grad(loss), static_argnums=1)(params, s)
-             for s in (True, False)]
-    chex.assert_trees_all_close(*grads, atol=1e-4, rtol=1e-4)
+    assert_matches_reference_and_plain_grads(spec, seed=1)
 
   @parameterized.product(variant=models.VARIANTS, shared=[False, True],
                          num_layers=[1, 3])
@@ -188,14 +194,7 @@ class ModelsTest(chex.TestCase):
     """The random UT's first layer from its tables (`_random_first_layer`)
     against the numpy reference, and its gradients against the plain layer."""
     spec = make_spec("random", variant, shared=shared, num_layers=num_layers)
-    params, tokens = make_inputs(spec, seed=4)
-    np.testing.assert_allclose(np.asarray(apply(params, spec, tokens)),
-                               np_model(params, spec, tokens), atol=1e-4, rtol=1e-4)
-    loss = lambda p, structured: jnp.sum(jnp.sin(models.apply(
-        p, spec, tokens, structured=structured)))
-    grads = [jax.jit(jax.grad(loss), static_argnums=1)(params, s)
-             for s in (True, False)]
-    chex.assert_trees_all_close(*grads, atol=1e-4, rtol=1e-4)
+    assert_matches_reference_and_plain_grads(spec, seed=4)
 
   @parameterized.parameters("sparse", "random", "trained")
   def test_mlp_width_sets_hidden_width_and_matches_reference(self, kind):
