@@ -21,10 +21,12 @@ def parse_grid(arg, **extra):
   return args
 
 
-def add_grid(add, args, axis, values, compiled_values=None):
+def add_grid(add, args, axis, values, random_compiled_values=None):
   """add() one run per (axis value, kind, variant, seed) of the parsed grid,
-  and compiled-UT runs for the axis values in compiled_values (default all)."""
-  compiled_values = (values if compiled_values is None else compiled_values).split("+")
+  and compiled-UT runs: into the sparse UT for every axis value, into a random
+  UT for those in random_compiled_values (default all)."""
+  random_values = (values if random_compiled_values is None
+                   else random_compiled_values).split("+")
   for value in values.split("+"):
     for kind in args["kinds"]:
       for variant in args["variants"]:
@@ -34,8 +36,8 @@ def add_grid(add, args, axis, values, compiled_values=None):
                     if args["embed_scale"] != 1.0 else "")
                  + (",smoke" if args["smoke"] else ""))
           add(run)
-          if (args["compiled"] and (kind, variant) == ("trained", "attn")
-              and value in compiled_values):
+          if args["compiled"] and (kind, variant) == ("trained", "attn"):
             # Compiled-UT rows: this trained model compiled into fixed UTs.
-            for construction in ("sparse", "random"):
-              add(run, compiled=construction)
+            add(run, compiled="sparse")
+            if value in random_values:
+              add(run, compiled="random")

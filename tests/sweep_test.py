@@ -237,6 +237,19 @@ class SweepTest(absltest.TestCase):
     self.assertNotIn("embed_scale", default[0][0])  # Names of the tables' runs
     self.assertIn("embed_scale=0.1", scaled[0][0])  # stay as recorded.
 
+  def test_khop_grid_compiles_into_sparse_at_every_k(self):
+    module = sweep.load_config_module(os.path.join(ROOT, "configs", "khop_table.py"))
+    compiled = lambda arg: sorted(
+        (c.data.k, c.compiled) for _, c in sweep.collect_runs(module, arg)
+        if c.compiled)
+    grid = "kinds=trained,variants=attn,seeds=1"
+    self.assertEqual(compiled(grid),
+                     [(1, "random"), (1, "sparse"), (2, "random"), (2, "sparse"),
+                      (3, "sparse"), (4, "sparse")])
+    self.assertEqual(compiled(grid + ",ks=3,random_compiled_ks=3"),
+                     [(3, "random"), (3, "sparse")])
+    self.assertEqual(compiled(grid + ",compiled=false"), [])
+
   def test_workers_split_memory_bound_and_other_runs(self):
     units = [[run] for run in sweep.collect_runs(sweep_config, "kinds")]
     kinds = lambda order: [u[0][1].model.kind for u in order]
