@@ -1,4 +1,5 @@
-"""The training-step benchmark's saved report (`train_bench --out`)."""
+"""The training-step benchmark's saved report (`train_bench --out`), and the
+XLA-flags comparison built on it (`flags_bench`)."""
 
 import json
 import os
@@ -63,6 +64,32 @@ class TrainBenchTest(absltest.TestCase):
         self, proc, r"train_bench.md already exists; pass --overwrite")
     self.assertEqual(os.path.getmtime(os.path.join(out, "train_bench.json")),
                      before)
+
+
+class FlagsBenchTest(absltest.TestCase):
+
+  def test_summary_takes_medians_over_rounds(self):
+    from benchmarks import flags_bench  # pylint: disable=g-import-not-at-top
+    result = lambda ratio, rate: dict(ratio_analytic=ratio, steps_per_s=rate)
+    rounds = [dict(base={"a": result(b, 10 * b)}, flags={"a": result(f, 10 * f)})
+              for b, f in ((0.4, 0.5), (0.2, 0.3), (0.5, 0.4))]
+    (row,) = flags_bench.summarize(rounds)
+    self.assertEqual(row["name"], "a")
+    self.assertAlmostEqual(row["ratio_base"], 0.4)
+    self.assertAlmostEqual(row["ratio_flags"], 0.4)
+    # flags/base per round: 1.25, 1.5, 0.8 -> median 1.25, not 0.4 / 0.4.
+    self.assertAlmostEqual(row["flags_over_base"], 1.25)
+    self.assertAlmostEqual(row["steps_per_s_flags"], 4.0)
+
+  def test_unknown_xla_flag_is_one_line_error(self):
+    out = self.create_tempdir().full_path
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.flags_bench", "--rounds=1",
+         "--xla_flags=--xla_no_such_flag_here=1", f"--out={out}"], cwd=ROOT,
+        capture_output=True, text=True, timeout=600, check=False)
+    cli_helpers.assert_one_line_error(
+        self, proc, r"train_bench with XLA_FLAGS=.*no_such_flag.* failed")
+    self.assertEqual(os.listdir(out), [])
 
 
 if __name__ == "__main__":
