@@ -31,6 +31,8 @@ With embed_scale=0.1 the sparse UT with res_ln left the plateau on all 6 seeds
 at k = 2 (results/khop_k2_embed01; with 1.0, two of six stayed below 99%:
 results/khop_k2_seeds), and the random UT 99.97% there (58.89% with 1.0); at
 k = 3 the sparse UT's seeds split (99.95, 43.95, 46.32: results/khop_embed01).
+With 0.3 the sparse UT reached 99.99% at k = 3 on all 3 seeds but only
+85.00 +- 13.31 at k = 2 (results/khop_embed03): no one scale suits every cell.
 See the README's k-hop section.
 
 Why batch 32 and the d-wide MLP: time. The sparse UT's width grows as 2^L
