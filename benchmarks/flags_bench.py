@@ -1,13 +1,14 @@
-r"""XLA flags against none: train_bench in alternating fresh processes, median ratios.
+r"""XLA flags on and off: train_bench in alternating fresh processes, median ratios.
 
   python -m benchmarks.flags_bench --xla_flags=--xla_cpu_experimental_ynn_fusion_type=-reduce
-  python -m benchmarks.flags_bench --xla_flags=... --part=all --rounds=3 --out=results/bench/ynn_reduce
+  python -m benchmarks.flags_bench --xla_flags=... --part=all --rounds=2 --out=results/bench/ynn_reduce
 
 XLA reads XLA_FLAGS once per process, so two settings cannot be timed in one
 process. Each round runs `python -m benchmarks.train_bench --part=P` twice, in
-fresh processes, without and with --xla_flags (which goes first alternates from
-round to round); every measurement there is a step's FLOP/s over a roofline
-measured beside it in the same process. Reported per measurement: the median
+fresh processes, without and with --xla_flags added to the XLA_FLAGS already
+set (usually none); which goes first alternates from round to round. Every
+measurement there is a step's FLOP/s over a roofline measured beside it in the
+same process. Reported per measurement: the median
 over rounds of that ratio without and with the flags, and of their quotient
 with/without (above 1: the flags make the step faster). The machine's load moves
 between processes; the roofline beside each step takes out most of it, and the
@@ -32,7 +33,8 @@ from ut import reports
 from ut.errors import UserError
 
 _XLA_FLAGS = flags.DEFINE_string(
-    "xla_flags", None, "The XLA_FLAGS to compare against none, e.g. "
+    "xla_flags", None, "XLA flags to compare against the XLA_FLAGS already set "
+    "(usually none), e.g. "
     "--xla_cpu_experimental_ynn_fusion_type=-reduce.", required=True)
 _PART = flags.DEFINE_enum("part", "fixed", ["all", "fixed", "configs"],
                           "The train_bench part each process runs.")
@@ -92,7 +94,7 @@ def main(argv):
     for i in range(_ROUNDS.value):
       settings = [("base", baseline), ("flags", f"{baseline} {xla_flags}".strip())]
       got = {}
-      for label, value in settings[::(-1) ** i]:  # Alternate which goes first.
+      for label, value in (settings if i % 2 == 0 else settings[::-1]):
         try:
           got[label] = run_train_bench(value, _PART.value, _REPEATS.value,
                                        os.path.join(tmp, f"{i}_{label}"))
