@@ -1,5 +1,6 @@
-"""The training-step benchmark's saved report (`train_bench --out`), and the
-XLA-flags comparison built on it (`flags_bench`)."""
+"""The training-step benchmark's saved report (`train_bench --out`), the
+XLA-flags comparison built on it (`flags_bench`), and the data-parallel step
+(`dp_bench`)."""
 
 import json
 import os
@@ -90,6 +91,45 @@ class FlagsBenchTest(absltest.TestCase):
     cli_helpers.assert_one_line_error(
         self, proc, r"train_bench with XLA_FLAGS=.*no_such_flag.* failed")
     self.assertEqual(os.listdir(out), [])
+
+
+def run_dp_bench(*flags):
+  return subprocess.run(
+      [sys.executable, "-m", "benchmarks.dp_bench", "--small", "--repeats=1",
+       "--min_block_s=0", *flags], cwd=ROOT, capture_output=True, text=True,
+      timeout=600, check=False)
+
+
+class DpBenchTest(absltest.TestCase):
+
+  def test_data_parallel_step_matches_train_step_and_is_saved(self):
+    out = self.create_tempdir().full_path
+    proc = run_dp_bench("--devices=2", "--microbatches=2", f"--out={out}")
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    with open(os.path.join(out, "dp_bench.json")) as f:
+      report = json.load(f)
+    self.assertEqual(report["devices"], 2)
+    self.assertLess(report["check_loss_error"], 1e-5)
+    self.assertLess(report["check_grad_norm_error"], 1e-5)
+    self.assertLess(report["check_param_error"], 1e-5)
+    dp = report["results"]["dp"]
+    self.assertAlmostEqual(dp["ratio_dot"] / dp["ratio_split_dot"],
+                           report["rooflines"]["dot_split"]
+                           / report["rooflines"]["dot"], places=6)
+    with open(os.path.join(out, "dp_bench.md")) as f:
+      self.assertIn("(same step)", f.read())
+    before = os.path.getmtime(os.path.join(out, "dp_bench.json"))
+    proc = run_dp_bench(f"--out={out}")
+    cli_helpers.assert_one_line_error(
+        self, proc, r"dp_bench.md already exists; pass --overwrite")
+    self.assertEqual(os.path.getmtime(os.path.join(out, "dp_bench.json")),
+                     before)
+
+  def test_microbatches_that_do_not_divide_are_one_line_error(self):
+    proc = run_dp_bench("--devices=2", "--microbatches=3")
+    cli_helpers.assert_one_line_error(
+        self, proc, r"--devices=2 x --microbatches=3 must divide the batch "
+        r"size 16")
 
 
 if __name__ == "__main__":

@@ -163,19 +163,32 @@ def train_step(state, batch, *, spec, tx, microbatches=None):
         has_aux=True)
     (_, metrics), grads = grad_fn(state.params)
   else:
-    grad_fn = jax.value_and_grad(
-        lambda p, part: loss_and_metrics(_stop_frozen_gradients(p, spec), spec,
-                                         part, mean=False), has_aux=True)
-    parts = _split(batch, n)
-    zeros = jax.tree.map(
-        lambda a: jnp.zeros(a.shape, a.dtype),
-        jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda a: a[0], parts)))
-    add = lambda total, part: (jax.tree.map(jnp.add, total,
-                                            grad_fn(state.params, part)), None)
-    (ce_sum, metrics), grads = jax.lax.scan(add, zeros, parts)[0]
+    (ce_sum, metrics), grads = grad_sums(state.params, batch, spec=spec,
+                                         microbatches=n)
     scale = 1.0 / jnp.maximum(metrics.pop("labelled"), 1)
     grads = jax.tree.map(lambda g: g * scale, grads)
     metrics = dict(loss=ce_sum * scale, **metrics)
+  return apply_gradients(state, grads, metrics, tx)
+
+
+def grad_sums(params, batch, *, spec, microbatches):
+  """((cross-entropy sum, metrics), its gradient) over the batch, summed over
+  `microbatches` equal parts by a `lax.scan`; metrics['labelled'] counts the
+  labelled positions. Sums add up across parts, and across devices."""
+  grad_fn = jax.value_and_grad(
+      lambda p, part: loss_and_metrics(_stop_frozen_gradients(p, spec), spec,
+                                       part, mean=False), has_aux=True)
+  parts = _split(batch, microbatches)
+  zeros = jax.tree.map(
+      lambda a: jnp.zeros(a.shape, a.dtype),
+      jax.eval_shape(grad_fn, params, jax.tree.map(lambda a: a[0], parts)))
+  add = lambda total, part: (jax.tree.map(jnp.add, total,
+                                          grad_fn(params, part)), None)
+  return jax.lax.scan(add, zeros, parts)[0]
+
+
+def apply_gradients(state, grads, metrics, tx):
+  """The optimizer update of `train_step`; adds metrics['grad_norm']."""
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics["grad_norm"] = optax.tree.norm(grads)
