@@ -1,6 +1,15 @@
-"""Training entry point: python -m launch.train --config=configs/dyck.py --workdir=W."""
+"""Training entry point: python -m launch.train --config=configs/dyck.py --workdir=W.
+
+Data parallel on a multi-core CPU (each device takes a share of every batch;
+see ut.train.make_step):
+  python -m launch.train --config=configs/dyck.py --workdir=W --cpu_devices=2 \
+      --config.train.data_parallel=True
+"""
+
+import sys
 
 from absl import flags
+import jax
 from ml_collections import config_flags
 
 from launch import cli
@@ -9,10 +18,17 @@ from ut import train
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run folder: checkpoints, metrics.")
+_CPU_DEVICES = flags.DEFINE_integer(
+    "cpu_devices", None, "Present the CPU as this many JAX devices (for "
+    "config.train.data_parallel on a CPU; e.g. its number of cores).")
 
 
 def main(argv):
   del argv
+  if _CPU_DEVICES.value is not None:
+    if _CPU_DEVICES.value < 1:
+      sys.exit(f"error: --cpu_devices={_CPU_DEVICES.value} must be at least 1")
+    jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
   final = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   print(f"step {final['step']}: eval accuracy {final['eval_accuracy']:.4f} "
         f"(metrics in {_WORKDIR.value}/metrics.json)")

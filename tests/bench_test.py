@@ -109,15 +109,21 @@ class DpBenchTest(absltest.TestCase):
     with open(os.path.join(out, "dp_bench.json")) as f:
       report = json.load(f)
     self.assertEqual(report["devices"], 2)
-    self.assertLess(report["check_loss_error"], 1e-5)
-    self.assertLess(report["check_grad_norm_error"], 1e-5)
-    self.assertLess(report["check_param_error"], 1e-5)
-    dp = report["results"]["dp"]
-    self.assertAlmostEqual(dp["ratio_dot"] / dp["ratio_split_dot"],
-                           report["rooflines"]["dot_split"]
-                           / report["rooflines"]["dot"], places=6)
+    (case,) = report["cases"]
+    self.assertEqual(set(case["checks"]), {"dp", "dp_no_ynn"})
+    for check in case["checks"].values():
+      self.assertLess(max(check.values()), 1e-5)
+    steps = case["steps"]
+    self.assertAlmostEqual(steps["base"]["speedup"], 1.0)
+    for st in steps.values():
+      self.assertAlmostEqual(st["ratio_dot"] / st["ratio_split_dot"],
+                             case["rooflines"]["dot_split"]
+                             / case["rooflines"]["dot"], places=6)
+      self.assertAlmostEqual(
+          st["speedup"], steps["base"]["ms_per_step"] / st["ms_per_step"],
+          places=6)
     with open(os.path.join(out, "dp_bench.md")) as f:
-      self.assertIn("(same step)", f.read())
+      self.assertIn("dp steps match train_step", f.read())
     before = os.path.getmtime(os.path.join(out, "dp_bench.json"))
     proc = run_dp_bench(f"--out={out}")
     cli_helpers.assert_one_line_error(
@@ -129,7 +135,7 @@ class DpBenchTest(absltest.TestCase):
     proc = run_dp_bench("--devices=2", "--microbatches=3")
     cli_helpers.assert_one_line_error(
         self, proc, r"--devices=2 x --microbatches=3 must divide the batch "
-        r"size 16")
+        r"size 16 \(fixed")
 
 
 if __name__ == "__main__":

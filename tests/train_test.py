@@ -376,6 +376,42 @@ class CommandLineTest(parameterized.TestCase):
     self.assertEqual(proc.returncode, 2)
     self.assertFalse(os.path.exists(os.path.join(workdir, "metrics.json")))
 
+  @parameterized.parameters("random", "sparse")
+  def test_data_parallel_run_matches_one_device_run(self, kind):
+    # 2 CPU devices, each with half of every batch, against the same run on
+    # one device: equal up to the order of float additions.
+    config = f"configs/dyck.py:smoke,model={kind},variant=res_ln"
+    overrides = ("--config.train.steps=12",)
+    one = self.create_tempdir("one").full_path
+    two = self.create_tempdir("two").full_path
+    proc = run_train(one, *overrides, config=config)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    proc = run_train(two, *overrides, "--cpu_devices=2",
+                     "--config.train.data_parallel=True",
+                     "--config.train.ynn_fusions=False", config=config)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    want = read_json(os.path.join(one, "metrics.json"))
+    got = read_json(os.path.join(two, "metrics.json"))
+    self.assertEqual(got["step"], 12)
+    self.assertTrue(read_json(os.path.join(two, "config.json"))
+                    ["train"]["data_parallel"])
+    for key in ("eval_loss", "final_train_loss", "param_checksum"):
+      self.assertAlmostEqual(got[key], want[key], delta=1e-4 * abs(want[key]),
+                             msg=key)
+    self.assertIn("each batch split over 2 cpu devices", proc.stderr)
+
+  def test_data_parallel_batch_must_split_evenly(self):
+    workdir = os.path.join(self.create_tempdir().full_path, "run")
+    proc = run_train(workdir, "--cpu_devices=3",
+                     "--config.train.data_parallel=True")
+    self.assert_one_line_error(
+        proc, r"config.train.batch_size=8 must be a multiple of the 3 devices")
+    self.assertFalse(os.path.exists(workdir))
+
+  def test_bad_cpu_devices_is_one_line_error(self):
+    proc = run_train(self.create_tempdir().full_path, "--cpu_devices=0")
+    self.assert_one_line_error(proc, r"--cpu_devices=0 must be at least 1")
+
   @parameterized.named_parameters(
       ("unknown_model", "configs/dyck.py:model=bogus", r"unknown model kind 'bogus'"),
       ("unknown_argument", "configs/dyck.py:foo=1", r"unknown config argument 'foo'"),
