@@ -386,8 +386,7 @@ class CommandLineTest(parameterized.TestCase):
     two = self.create_tempdir("two").full_path
     proc = run_train(one, *overrides, config=config)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    proc = run_train(two, *overrides, "--cpu_devices=2",
-                     "--config.train.data_parallel=True",
+    proc = run_train(two, *overrides, "--cpu_devices=2",  # Data parallel.
                      "--config.train.ynn_fusions=False", config=config)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     want = read_json(os.path.join(one, "metrics.json"))
@@ -402,8 +401,7 @@ class CommandLineTest(parameterized.TestCase):
 
   def test_data_parallel_batch_must_split_evenly(self):
     workdir = os.path.join(self.create_tempdir().full_path, "run")
-    proc = run_train(workdir, "--cpu_devices=3",
-                     "--config.train.data_parallel=True")
+    proc = run_train(workdir, "--cpu_devices=3")
     self.assert_one_line_error(
         proc, r"config.train.batch_size=8 must be a multiple of the 3 devices")
     self.assertFalse(os.path.exists(workdir))
