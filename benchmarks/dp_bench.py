@@ -202,7 +202,7 @@ def main(argv):
   for r in results:
     for k, label in STEPS:
       st = r["steps"][k]
-      say(f"{r['name'] if k == 'base' else '':42s} {label:15s} "
+      say(f"{r['name'] if k == 'base' else '':42s} {label:19s} "
           f"{st['ms_per_step']:8.1f} {st['speedup']:7.2f} "
           f"{st['ratio_dot']:6.3f} {st['ratio_split_dot']:10.3f}")
   say()
