@@ -114,7 +114,11 @@ def _stack(trees):
 
 
 def train_group(configs, *, log_every=None):
-  """Trains R runs of one shape group at once; returns one metrics dict per run."""
+  """Trains R runs of one shape group at once; returns one metrics dict per run.
+
+  The runs, not each run's batch, are spread over the devices:
+  config.train.data_parallel does not apply here (config.train.ynn_fusions
+  does)."""
   first = configs[0]
   task = data_lib.make_task(first)
   spec = train.model_spec(first, task.info)
@@ -127,7 +131,7 @@ def train_group(configs, *, log_every=None):
   state = jax.device_put(_stack(states), shard)
   step_fn = jax.jit(jax.vmap(functools.partial(train.train_step, spec=spec, tx=tx)),
                     in_shardings=(shard, shard), out_shardings=(shard, shard),
-                    donate_argnums=0)
+                    donate_argnums=0, **train.compiler_options(first))
   steps = first.train.steps
   log_every = log_every or first.train.log_every
   start = time.perf_counter()

@@ -193,9 +193,10 @@ def grad_sums(params, batch, *, spec, microbatches):
 def data_parallel_step(spec, tx, mesh, microbatches=None):
   """`train_step` with the batch split over the devices of `mesh` (axis
   'batch'): each device sums its share's gradients (`grad_sums`, in
-  `microbatches` parts; None: `default_microbatches` of its share), the sums are added across devices, and every device
-  applies the same update to its copy of the state. The same step as
-  `train_step` up to the order of float additions."""
+  `microbatches` parts; None: `default_microbatches` of its share), the sums
+  are added across devices, and every device applies the same update to its
+  copy of the state. The same step as `train_step` up to the order of float
+  additions."""
 
   def local(params, batch):
     n = microbatches or default_microbatches(*batch["tokens"].shape, spec)
@@ -217,10 +218,9 @@ def data_parallel_step(spec, tx, mesh, microbatches=None):
 
 def compiler_options(config):
   """XLA options for the training step: config.train.ynn_fusions=False turns
-  off XLA CPU's YNNPACK fusions (XLA's own kernels run every op). Measured on
-  2 cores, one process, interleaved (`benchmarks/dp_bench.py`, the fixed-size
-  random UT): the data-parallel step 1.3x faster without them; the default
-  configs run 0.62-0.99x as fast without them on one device."""
+  off XLA CPU's YNNPACK fusions (XLA's own kernels run every op). On 2 cores,
+  data parallel (results/bench/dp): the fixed-size random UT's step ran 1.16x
+  as fast without them, every default config's slower."""
   if config.train.ynn_fusions or jax.default_backend() != "cpu":
     return {}
   return dict(compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=""))
