@@ -165,13 +165,9 @@ def train_step(state, batch, *, spec, tx, microbatches=None):
         lambda p: loss_and_metrics(_stop_frozen_gradients(p, spec), spec, batch),
         has_aux=True)
     (_, metrics), grads = grad_fn(state.params)
-  else:
-    (ce_sum, metrics), grads = grad_sums(state.params, batch, spec=spec,
-                                         microbatches=n)
-    scale = 1.0 / jnp.maximum(metrics.pop("labelled"), 1)
-    grads = jax.tree.map(lambda g: g * scale, grads)
-    metrics = dict(loss=ce_sum * scale, **metrics)
-  return apply_gradients(state, grads, metrics, tx)
+    return apply_gradients(state, grads, metrics, tx)
+  return apply_gradient_sums(
+      state, grad_sums(state.params, batch, spec=spec, microbatches=n), tx)
 
 
 def grad_sums(params, batch, *, spec, microbatches):
@@ -206,13 +202,9 @@ def data_parallel_step(spec, tx, mesh, microbatches=None):
   def step(state, batch):
     # check_vma=False: the custom VJPs of `ut.transformer` do not annotate
     # how their outputs vary across devices.
-    (ce_sum, metrics), grads = jax.shard_map(
+    return apply_gradient_sums(state, jax.shard_map(
         local, mesh=mesh, in_specs=(P(), P("batch")), out_specs=P(),
-        check_vma=False)(state.params, batch)
-    scale = 1.0 / jnp.maximum(metrics.pop("labelled"), 1)
-    grads = jax.tree.map(lambda g: g * scale, grads)
-    return apply_gradients(state, grads, dict(loss=ce_sum * scale, **metrics),
-                           tx)
+        check_vma=False)(state.params, batch), tx)
   return step
 
 
@@ -258,6 +250,15 @@ def make_step(config, spec, tx):
   copies = NamedSharding(mesh, P())
   return (step, lambda s: jax.device_put(s, copies),
           lambda b: jax.device_put(b, rows))
+
+
+def apply_gradient_sums(state, sums, tx):
+  """`apply_gradients` for `grad_sums`' output: the sums over the labelled
+  positions divided by their number (metrics['loss'] the mean)."""
+  (ce_sum, metrics), grads = sums
+  scale = 1.0 / jnp.maximum(metrics.pop("labelled"), 1)
+  grads = jax.tree.map(lambda g: g * scale, grads)
+  return apply_gradients(state, grads, dict(loss=ce_sum * scale, **metrics), tx)
 
 
 def apply_gradients(state, grads, metrics, tx):
