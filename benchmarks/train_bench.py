@@ -54,10 +54,12 @@ FLOP counts of one step, two ways:
       embedding  2BTVM (a one-hot matmul; the position table is an add)
       per layer, random   H [2*2BTMK (Z R_Q, Z R_K) + 2BTTK (Q K^T)
                              + 2BTMM (Z R_V) + 2BTTM (A (Z R_V))], except
-                          that layer 1 takes Z R_V from the tables
-                          (`models._random_first_layer`): H 2(V+T)MM
-                          (E_tok R_V, E_pos R_V) + 2BTV HM (one-hot) in
-                          place of H 2BTMM
+                          that layer 1 works from the tables
+                          (`models._random_first_layer`): in place of
+                          H 2BTMM, H [2(V+T)MM (E_tok R_V, E_pos R_V)
+                          + 2BTTV' (A onehot) + 2BTV'M (its product with
+                          E_tok R_V)], V' = V, or V + 1 with a LayerNorm
+                          (the mean column)
                  trained  H [2*2BTMK + 2BTTK + 2BTMK (Z W_V) + 2BTTK (A V)
                              + 2BTKM (W_O)]
                  sparse   H 2BTTd (Q K^T) + sum_j 2BTT F_j over the levels j >= 1
@@ -74,7 +76,7 @@ FLOP counts of one step, two ways:
             A V, routing), the unembedding and every matmul of `trained` 2x.
             Softmax, LayerNorm, masks, loss and the AdamW update are
             O(BHT^2 + BTM + #params) elementwise work and not counted.
-            Fixed size: 8.99 GFLOP forward, 20.42 GFLOP per step (28.84 with
+            Fixed size: 9.01 GFLOP forward, 20.52 GFLOP per step (28.84 with
             layer 1 computed as the others: the dense UT of DESIGN §1).
 ratio = achieved FLOP/s / roofline FLOP/s (medians; the roofline measured
 alongside that step).
@@ -188,10 +190,14 @@ def analytic_flops(spec, batch_size, num_tokens):
   out_width = m
   for layer in range(num_layers):
     if spec.kind == "random":
-      values = (2 * (spec.vocab_size + t) * m * h * m + 2 * b * t * spec.vocab_size
-                * h * m if layer == 0 else h * 2 * b * t * m * m)
-      once += h * 2 * 2 * b * t * m * k + values
+      once += h * 2 * 2 * b * t * m * k
       twice += h * (2 * b * t * t * k + 2 * b * t * t * m)
+      if layer == 0:  # `models._random_first_layer`.
+        v, ln = spec.vocab_size, spec.variant != "attn"
+        once += h * (2 * (v + t) * m * m + 2 * b * t * t * v)
+        twice += h * (2 * b * t * (v + ln) * m + ln * 2 * b * t * t)
+      else:
+        once += h * 2 * b * t * m * m
     elif spec.kind == "trained":
       twice += h * (2 * 2 * b * t * m * k + 2 * b * t * t * k + 2 * b * t * m * k
                     + 2 * b * t * t * k + 2 * b * t * k * m)

@@ -27,13 +27,15 @@ def fixed_step_flops():
   32, L=2, vocabulary 4, 2 classes. Forward: one-hot embedding, per layer and
   head Z R_Q, Z R_K, Z R_V (frozen: backward 1x), Q K^T and A (Z R_V)
   (activations: backward 2x), and the unembedding (trains: backward 2x). The
-  first layer's Z R_V comes from the tables instead: E_tok R_V and E_pos R_V
-  per head, then a one-hot matmul (backward 1x each)."""
+  first layer has no Z R_V: per head the tables E_tok R_V and E_pos R_V
+  (backward 1x), A times the one-hot (backward 1x), and that product times
+  E_tok R_V (backward 2x); A times E_pos R_V is counted as A (Z R_V)."""
   b, t, m, h, k, vocab, classes, layers = 256, 64, 256, 2, 32, 4, 2, 2
-  first_values = h * 2 * (vocab + t) * m * m + 2 * b * t * vocab * h * m
+  first_values = h * (2 * (vocab + t) * m * m + 2 * b * t * t * vocab)
   frozen = (2 * b * t * vocab * m + layers * h * 2 * b * t * m * k * 2
             + first_values + (layers - 1) * h * 2 * b * t * m * m)
-  activations = layers * h * (2 * b * t * t * k + 2 * b * t * t * m)
+  activations = (layers * h * (2 * b * t * t * k + 2 * b * t * t * m)
+                 + h * 2 * b * t * vocab * m)
   unembed = 2 * b * t * m * classes
   return 2 * frozen + 3 * (activations + unembed)
 

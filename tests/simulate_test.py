@@ -14,6 +14,7 @@ from ut import bounds
 from ut import compile as compile_lib
 from ut import simulate
 from ut import targets as targets_lib
+from ut import transformer
 from ut.constructions import gaussian
 from ut.constructions import sparse
 
@@ -168,6 +169,18 @@ class TargetApplyTest(parameterized.TestCase):
     np.testing.assert_allclose(
         y, reference.target_forward(w, x, causal=causal, residual=residual),
         atol=1e-12, rtol=0)
+
+  def test_row_max_is_max_for_every_width(self):
+    """`transformer.row_max` (halving; odd widths share a middle column)
+    against numpy's max, with -inf, ties and the maximum in every column."""
+    rng = np.random.default_rng(5)
+    for width in range(1, 20):
+      x = rng.standard_normal((2, width + 1, width)).astype(np.float32)
+      x[0, :width] += 10 * np.eye(width)   # The maximum in each column once.
+      x[1, 0] = -np.inf
+      x[1, 1] = 3.0
+      np.testing.assert_array_equal(
+          np.asarray(transformer.row_max(x)), x.max(-1, keepdims=True))
 
   def test_sparse_refuses_per_layer_residual(self):
     _, target = make_target(1, num_heads=2, num_layers=2, width=2, causal=True,

@@ -67,14 +67,31 @@ def attention_weights(q_BxHxTxK, k_BxHxTxK, *, causal, precision=HIGHEST):
   return softmax(s_BxHxTxT)
 
 
+def row_max(x):
+  """x.max(-1, keepdims=True) as elementwise maxima of halves.
+
+  The same values, but XLA CPU fuses the halving into one loop; without
+  YNNPACK (train.ynn_fusions=False) it runs the reduce over 64 columns as a
+  reduce-window at 0.40 ms per (16, 2, 64, 64) array, the halving at 0.18 ms
+  (one core). An odd width's halves share their middle column.
+  """
+  w = x.shape[-1]
+  while w > 1:
+    h = (w + 1) // 2
+    x = jnp.maximum(x[..., :h], x[..., w - h:])
+    w = h
+  return x
+
+
 @jax.custom_vjp
 def softmax(s):
   """jax.nn.softmax over the last axis, with the gradient y (g - <g, y>).
 
-  Forward as in jax.nn.softmax; autodiff of it differentiates through the
-  normalizing division instead (more passes over (B, H, T, T) arrays).
+  Forward as in jax.nn.softmax (with `row_max`); autodiff of it differentiates
+  through the normalizing division instead (more passes over (B, H, T, T)
+  arrays).
   """
-  e = jnp.exp(s - jax.lax.stop_gradient(s.max(-1, keepdims=True)))
+  e = jnp.exp(s - jax.lax.stop_gradient(row_max(s)))
   return e / e.sum(-1, keepdims=True)
 
 
