@@ -6,9 +6,9 @@ the one-device step.
   python -m benchmarks.dp_bench --dp_part=all --out=results/bench/dp   # saved
 
 Why: on 2 cores one process runs the step with both threads on every op, and
-XLA's YNNPACK fusions run this step's small batched attention products and its
-reduces over the batch axis slowly on 2 threads (a profile of the fixed step
-had a 16 x 64 x 256 reduce at 3.5 ms a call). Here the process has --devices
+XLA splits small ops (the per-string attention products, softmax, the
+transposes) over 2 threads poorly: the fixed step ran faster pinned to one
+core than on two (an ad-hoc A/B, not saved). Here the process has --devices
 CPU devices (`jax_num_cpu_devices`); each device takes 1/devices of the batch
 (`train.data_parallel_step`, what `launch.train --cpu_devices=D
 --config.train.data_parallel=True` runs), sums its gradients in

@@ -3,7 +3,7 @@
 Data parallel on a multi-core CPU: --cpu_devices=N makes N JAX devices of the
 CPU's cores and sets config.train.data_parallel, so that each device takes
 1/N of every batch (ut.train.make_step; the same step up to the order of float
-additions; 1.16-1.61x the steps/s on 2 cores, results/bench/dp):
+additions; 1.17-1.76x the steps/s on 2 cores, results/bench/dp):
   python -m launch.train --config=configs/dyck.py --workdir=W --cpu_devices=2
 On several GPUs, --config.train.data_parallel=True alone.
 """
