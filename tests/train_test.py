@@ -386,6 +386,9 @@ class CommandLineTest(parameterized.TestCase):
     two = self.create_tempdir("two").full_path
     proc = run_train(one, *overrides, config=config)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    cores = len(os.sched_getaffinity(0))
+    if cores > 1:  # One device on several cores: the log says how to use them.
+      self.assertIn(f"--cpu_devices={cores}` splits each batch", proc.stderr)
     proc = run_train(two, *overrides, "--cpu_devices=2",  # Data parallel.
                      "--config.train.ynn_fusions=False", config=config)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
@@ -398,6 +401,7 @@ class CommandLineTest(parameterized.TestCase):
       self.assertAlmostEqual(got[key], want[key], delta=1e-4 * abs(want[key]),
                              msg=key)
     self.assertIn("each batch split over 2 cpu devices", proc.stderr)
+    self.assertNotIn("splits each batch", proc.stderr)
 
   def test_data_parallel_batch_must_split_evenly(self):
     workdir = os.path.join(self.create_tempdir().full_path, "run")

@@ -237,6 +237,13 @@ def make_step(config, spec, tx):
   """
   options = compiler_options(config)
   if not config.train.data_parallel:
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)
+    if (jax.default_backend() == "cpu" and jax.local_device_count() == 1
+        and cores > 1):
+      logging.info("one device on %d cores; `launch.train --cpu_devices=%d` "
+                   "splits each batch over them (data parallel: 1.17-1.76x "
+                   "the steps/s on 2 cores, results/bench/dp)", cores, cores)
     return (jax.jit(functools.partial(train_step, spec=spec, tx=tx),
                     donate_argnums=0, **options), lambda s: s, lambda b: b)
   check_data_parallel(config)
