@@ -241,9 +241,11 @@ def make_step(config, spec, tx):
              else os.cpu_count() or 1)
     if (jax.default_backend() == "cpu" and jax.local_device_count() == 1
         and cores > 1):
-      logging.info("one device on %d cores; `launch.train --cpu_devices=%d` "
+      logging.info("one device on %d cores: `launch.train --cpu_devices=%d` "
                    "splits each batch over them (data parallel: 1.17-1.76x "
-                   "the steps/s on 2 cores, results/bench/dp)", cores, cores)
+                   "the steps/s on 2 cores, results/bench/dp), and "
+                   "`launch.sweep --workers=%d` trains that many runs at once",
+                   cores, cores, cores)
     return (jax.jit(functools.partial(train_step, spec=spec, tx=tx),
                     donate_argnums=0, **options), lambda s: s, lambda b: b)
   check_data_parallel(config)
