@@ -239,8 +239,10 @@ def _random_first_layer(params, spec, tokens_BxT, z_BxTxM, precision):
                          precision=precision)
   c_BxTxHxV = jnp.einsum("bhts,bsv->bthv", a_BxHxTxS, cols_BxSxV,
                          precision=precision)
+  # One merge per reshape: a reshape that merges two pairs of axes fails on
+  # sharded (swept) runs.
   lhs = jnp.concatenate([a_BxHxTxS.transpose(0, 2, 1, 3), c_BxTxHxV],
-                        axis=-1).reshape(b * t, -1)
+                        axis=-1).reshape(b, t, -1).reshape(b * t, -1)
   rhs = jnp.concatenate([pos_HxSxM, rows_HxVxM], axis=1)
   return transformer.batched_matmul(lhs, rhs.reshape(-1, rhs.shape[-1]),
                                     precision).reshape(b, t, -1)
