@@ -77,7 +77,10 @@ def execute(nb, specs, *, timeout_s):
                                    resources={"metadata": {"path": ROOT}})
   errors = nbclient.exceptions
   try:
-    client.execute()
+    # cleanup_kc: shut the kernel down when done; nbclient leaves a kernel it
+    # was handed running (each holds 0.5 GB and a share of a core until this
+    # process exits).
+    client.execute(cleanup_kc=True)
   except (errors.CellExecutionError, errors.CellTimeoutError,
           errors.DeadKernelError) as e:
     raise NotebookFailed(str(e).strip().splitlines()[-1], detail=str(e)) from None
