@@ -95,12 +95,12 @@ import time
 from absl import app
 from absl import flags
 import jax
-import jax.numpy as jnp
 
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from ut import data as data_lib
 from ut import reports
+from ut import roofline as roofline_lib
 from ut import train
 from ut.constructions import sparse
 from ut.errors import UserError
@@ -119,7 +119,7 @@ _MALLOPT = flags.DEFINE_bool(
     "mallopt", False, "Before JAX starts, make glibc keep freed memory in its "
     "main heap, so that XLA's temp buffer is not page-faulted in every step.")
 
-ROOFLINE_N = 2048
+ROOFLINE_N = roofline_lib.N
 TARGET_RATIO = 0.65
 CONFIG_FILES = {"dyck": dyck_config, "khop": khop_config}
 
@@ -226,12 +226,6 @@ def xla_flops(compiled):
   return float(cost["flops"])
 
 
-def _seconds(fn):
-  start = time.perf_counter()
-  jax.block_until_ready(fn())
-  return time.perf_counter() - start
-
-
 def _cpu_seconds():
   """(user, system) CPU seconds of this process so far."""
   usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -246,22 +240,6 @@ def keep_heap():
         and libc.mallopt(m_trim_threshold, 2**30))
   if not ok:
     raise RuntimeError("mallopt failed")
-
-
-def make_roofline():
-  """The jitted 2048^2 float32 dot and its FLOP count."""
-  key_a, key_b = jax.random.split(jax.random.PRNGKey(0))
-  a = jax.random.normal(key_a, (ROOFLINE_N, ROOFLINE_N), jnp.float32)
-  b = jax.random.normal(key_b, (ROOFLINE_N, ROOFLINE_N), jnp.float32)
-  dot = jax.jit(jnp.dot).lower(a, b).compile()
-  jax.block_until_ready(dot(a, b))
-  return lambda: dot(a, b), 2.0 * ROOFLINE_N**3
-
-
-def bench_roofline(roofline, repeats):
-  fn, flops = roofline
-  secs = statistics.median(_seconds(fn) for _ in range(repeats))
-  return flops / secs, secs
 
 
 def bench_step(case, roofline, repeats, min_block_s):
@@ -286,16 +264,17 @@ def bench_step(case, roofline, repeats, min_block_s):
     holder[0] = state
     return state
 
-  _seconds(lambda: run(2))  # Warm up.
-  per_step = _seconds(lambda: run(1))
+  roofline_lib.seconds(lambda: run(2))  # Warm up.
+  per_step = roofline_lib.seconds(lambda: run(1))
   num_steps = max(1, math.ceil(min_block_s / per_step))
   roof_fn, roof_flops = roofline
   rates, roof_secs, user, system = [], [], 0.0, 0.0
   for _ in range(repeats):
-    _seconds(roof_fn)  # Once untimed: the step may leave the allocator cold.
-    roof_secs.append(_seconds(roof_fn))
+    # Once untimed: the step may leave the allocator cold.
+    roofline_lib.seconds(roof_fn)
+    roof_secs.append(roofline_lib.seconds(roof_fn))
     user_0, system_0 = _cpu_seconds()
-    rates.append(num_steps / _seconds(lambda: run(num_steps)))
+    rates.append(num_steps / roofline_lib.seconds(lambda: run(num_steps)))
     user_1, system_1 = _cpu_seconds()
     user, system = user + user_1 - user_0, system + system_1 - system_0
   _, analytic = analytic_flops(spec, b, t)
@@ -359,8 +338,8 @@ def main(argv):
     say("  note: other processes share the CPUs; each ratio divides by a "
         "roofline measured alongside its step, but the dot loses more to "
         "them than a step does, so ratios read higher than on a quiet machine")
-  roofline = make_roofline()
-  rate, secs = bench_roofline(roofline, repeats)
+  roofline = roofline_lib.make()
+  rate, secs = roofline_lib.rate(roofline, repeats)
   say(f"  roofline: jnp.dot {ROOFLINE_N}x{ROOFLINE_N} float32, {secs * 1e3:.1f} ms,"
       f" {rate / 1e9:.1f} GFLOP/s")
   cases = ([FIXED] if part in ("all", "fixed") else []) + (

@@ -1,4 +1,9 @@
-"""Regenerates every table and figure: see configs/reproduce.py."""
+"""Regenerates every table and figure: see configs/reproduce.py.
+
+Before each step it times a 2048^2 float32 dot (`ut.roofline`) and records its
+rate beside the step's wall time: the same 2-core CPU runs 2-3x slower on some
+days than on others, and a time means little without it.
+"""
 
 import json
 import os
@@ -12,6 +17,7 @@ from ml_collections import config_flags
 
 from launch import cli
 from ut import reports
+from ut import roofline
 from ut.errors import UserError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/reproduce.py:full",
@@ -47,13 +53,22 @@ def _write(workdir, config, steps, complete):
       profile=config.profile, complete=complete, steps=steps,
       wall_seconds=total, provenance=reports.provenance(config)))
   rows = [dict(step=s["name"], minutes="skipped" if s["seconds"] is None else
-               f"{s['seconds'] / 60:.1f}", command=s["command"]) for s in steps]
+               f"{s['seconds'] / 60:.1f}", dot_gflops=_gflops(s.get("dot_gflops")),
+               command=s["command"]) for s in steps]
+  rates = [s["dot_gflops"] for s in steps if s.get("dot_gflops")]
   rows.append(dict(step="total" if complete else "total so far",
-                   minutes=f"{total / 60:.1f}", command=""))
+                   minutes=f"{total / 60:.1f}",
+                   dot_gflops=_gflops(min(rates, default=None)) + (
+                       "-" + _gflops(max(rates)) if len(rates) > 1 else ""),
+                   command=""))
   table = reports.format_table(rows)
   with open(os.path.join(workdir, "reproduce.md"), "w") as f:
     f.write(table + "\n")
   return table
+
+
+def _gflops(rate):
+  return "" if rate is None else f"{rate:.0f}"
 
 
 def main(argv):
@@ -61,6 +76,7 @@ def main(argv):
   config, workdir = _CONFIG.value, _WORKDIR.value
   earlier = _earlier(os.path.join(workdir, "reproduce.json"), _OVERWRITE.value)
   steps = []
+  dot = roofline.make()
   for step in config.steps:
     cmd = step_command(step, workdir, config.workers)
     shown = " ".join(["python"] + cmd[1:])
@@ -75,7 +91,8 @@ def main(argv):
                    step.workdir, step.output)
       steps.append(dict(name=step.name, command=shown, seconds=None, finished=True))
       continue
-    logging.info("[%s] %s", step.name, shown)
+    rate = roofline.rate(dot)[0] / 1e9
+    logging.info("[%s] %s (2048^2 dot: %.0f GFLOP/s)", step.name, shown, rate)
     start = time.time()
     code = None
     try:
@@ -83,7 +100,7 @@ def main(argv):
     finally:  # Also on Ctrl-C: the step's time so far counts when resumed.
       seconds = time.time() - start + (record or {}).get("seconds", 0.0)
       steps.append(dict(name=step.name, command=shown, seconds=seconds,
-                        finished=code == 0))
+                        finished=code == 0, dot_gflops=rate))
       _write(workdir, config, steps, complete=False)
     if code:
       raise UserError(f"step {step.name} exited with {code}: {shown}; finished "

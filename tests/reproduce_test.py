@@ -33,6 +33,10 @@ class ReproduceTest(absltest.TestCase):
     self.assertEqual([s["name"] for s in report["steps"]], [s.name for s in steps])
     self.assertTrue(report["complete"])
     self.assertTrue(all(s["finished"] and s["seconds"] > 0 for s in report["steps"]))
+    # The machine's speed is recorded beside each step's time.
+    self.assertTrue(all(s["dot_gflops"] > 0 for s in report["steps"]))
+    with open(os.path.join(tmp, "reproduce.md")) as f:
+      self.assertIn("dot_gflops", f.readline())
     for name in ("simulate/simulate_table.json", "threshold/threshold.png",
                  "compiled_dyck/compiled_ut.json", "compiled_khop1/compiled_ut.json",
                  "dyck/counting_baseline.md"):

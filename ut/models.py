@@ -220,7 +220,7 @@ def _random_first_layer(params, spec, tokens_BxT, z_BxTxM, precision):
   the same (tested equal, gradients too).
   """
   b, t = tokens_BxT.shape
-  h, v = spec.num_heads, spec.vocab_size
+  v = spec.vocab_size
   wq, wk, wv, _ = transformer.layer_params(params["layers"], 0)
   ln = spec.variant != "attn"
   stats = _level_stats([z_BxTxM]) if ln else None
