@@ -361,6 +361,10 @@ def main(argv):
           f" ({r.xla_rate / r.roofline:.3f} on XLA's count, which is "
           f"{(r.xla_flops - r.analytic_flops) / 1e9:.2f} GFLOP/step higher: "
           f"elementwise work and work the step need not do)")
+      if jax.device_count() == 1 and (os.cpu_count() or 1) > 1:
+        say("  (one device; `python -m benchmarks.dp_bench` measures the same "
+            "step data parallel over one device per core, as `launch.train "
+            "--cpu_devices=N` runs it)")
   if part == "microbatches":
     say()
     for default, whole in zip(results[::2], results[1::2]):
