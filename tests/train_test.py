@@ -193,8 +193,11 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     valid = labels >= 0
     nll = -np.take_along_axis(logp, np.maximum(labels, 0)[..., None], -1)[..., 0]
     loss = (nll * valid).sum() / valid.sum()
-    for n in (1, 4):
-      metrics = train.eval_step(params, batch, spec=spec, microbatches=n)
+    # The data-parallel path (here on this process's device mesh; on 2 devices:
+    # CommandLineTest.test_data_parallel_run_matches_one_device_run).
+    dp_step = train.data_parallel_eval_step(spec, train.batch_mesh())
+    for metrics in [train.eval_step(params, batch, spec=spec, microbatches=n)
+                    for n in (1, 4)] + [dp_step(params, batch)]:
       self.assertEqual(int(metrics["correct"]), correct)
       self.assertEqual(int(metrics["count"]), int(mask.sum()))
       np.testing.assert_allclose(float(metrics["loss"]), loss, rtol=1e-5)
@@ -397,7 +400,8 @@ class CommandLineTest(parameterized.TestCase):
     self.assertEqual(got["step"], 12)
     self.assertTrue(read_json(os.path.join(two, "config.json"))
                     ["train"]["data_parallel"])
-    for key in ("eval_loss", "final_train_loss", "param_checksum"):
+    for key in ("eval_accuracy", "eval_loss", "final_train_loss",
+                "param_checksum"):
       self.assertAlmostEqual(got[key], want[key], delta=1e-4 * abs(want[key]),
                              msg=key)
     self.assertIn("each batch split over 2 cpu devices", proc.stderr)

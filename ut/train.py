@@ -249,16 +249,20 @@ def make_step(config, spec, tx):
     return (jax.jit(functools.partial(train_step, spec=spec, tx=tx),
                     donate_argnums=0, **options), lambda s: s, lambda b: b)
   check_data_parallel(config)
-  devices = jax.local_devices()
+  mesh = batch_mesh()
   logging.info("data parallel: each batch split over %d %s devices",
-               len(devices), jax.default_backend())
-  mesh = Mesh(np.array(devices), ("batch",))
+               mesh.size, jax.default_backend())
   step = jax.jit(data_parallel_step(spec, tx, mesh), donate_argnums=0,
                  **options)
   rows = NamedSharding(mesh, P("batch"))
   copies = NamedSharding(mesh, P())
   return (step, lambda s: jax.device_put(s, copies),
           lambda b: jax.device_put(b, rows))
+
+
+def batch_mesh():
+  """This process's devices as a mesh with one axis, 'batch'."""
+  return Mesh(np.array(jax.local_devices()), ("batch",))
 
 
 def apply_gradient_sums(state, sums, tx):
@@ -288,22 +292,53 @@ def eval_step(params, batch, *, spec, microbatches=1):
   """
   if microbatches == 1:
     return loss_and_metrics(params, spec, batch)[1]
-  parts = _split(batch, microbatches)
+  return _mean_loss(eval_sums(params, batch, spec=spec, microbatches=microbatches))
+
+
+def eval_sums(params, batch, *, spec, microbatches):
+  """(cross-entropy sum, metrics with 'labelled') of one batch, in parts."""
   sums = jax.lax.map(lambda part: loss_and_metrics(params, spec, part,
-                                                   mean=False), parts)
-  ce_sum, metrics = jax.tree.map(lambda a: a.sum(0), sums)
+                                                   mean=False),
+                     _split(batch, microbatches))
+  return jax.tree.map(lambda a: a.sum(0), sums)
+
+
+def _mean_loss(sums):
+  ce_sum, metrics = sums
+  metrics = dict(metrics)
   loss = ce_sum / jnp.maximum(metrics.pop("labelled"), 1)
   return dict(loss=loss, **metrics)
 
 
-def evaluate(params, spec, eval_batches):
+@functools.lru_cache(maxsize=8)
+def data_parallel_eval_step(spec, mesh):
+  """`eval_step`, jitted, with the batch split over the devices of `mesh`
+  (axis 'batch') as in `data_parallel_step`: each device sums its share's
+  metrics and the sums are added across devices."""
+
+  def local(params, batch):
+    n = default_microbatches(*batch["tokens"].shape, spec)
+    return jax.lax.psum(eval_sums(params, batch, spec=spec, microbatches=n),
+                        "batch")
+
+  return jax.jit(lambda params, batch: _mean_loss(jax.shard_map(
+      local, mesh=mesh, in_specs=(P(), P("batch")), out_specs=P(),
+      check_vma=False)(params, batch)))
+
+
+def evaluate(params, spec, eval_batches, mesh=None):
   """Accuracy and mean loss over a list of batches (`default_microbatches`
-  parts of each at a time)."""
+  parts of each at a time). With a mesh (axis 'batch'), each batch whose size
+  its devices divide is split over them (`data_parallel_eval_step`)."""
   correct = count = 0
   loss_sum = 0.0
   for batch in eval_batches:
-    m = jax.device_get(eval_step(params, batch, spec=spec, microbatches=(
-        default_microbatches(*batch["tokens"].shape, spec))))
+    if mesh is not None and len(batch["tokens"]) % mesh.size == 0:
+      m = jax.device_get(data_parallel_eval_step(spec, mesh)(
+          params, jax.device_put(batch, NamedSharding(mesh, P("batch")))))
+    else:
+      m = jax.device_get(eval_step(params, batch, spec=spec, microbatches=(
+          default_microbatches(*batch["tokens"].shape, spec))))
     correct += int(m["correct"])
     count += int(m["count"])
     loss_sum += float(m["loss"]) * len(batch["tokens"])
@@ -465,6 +500,7 @@ def train_and_evaluate(config, workdir):
   step_fn, place_state, place_batch = make_step(config, spec, tx)
   state = place_state(state)
   held_out = eval_batches(config, task)
+  eval_mesh = batch_mesh() if config.train.data_parallel else None
   tc = config.train
   last_loss, t_last, s_last = None, time.perf_counter(), start_step
   eval_metrics = None
@@ -494,7 +530,7 @@ def train_and_evaluate(config, workdir):
         logging.info("step %d/%d loss %.4f acc %.3f | %.1f steps/s, ETA %.0fs", done,
                      tc.steps, loss, row["accuracy"], rate, (tc.steps - done) / rate)
       if done % config.eval.every == 0 or done == tc.steps:
-        eval_metrics = evaluate(state.params, spec, held_out)
+        eval_metrics = evaluate(state.params, spec, held_out, eval_mesh)
         eval_log.write(dict(step=done, **eval_metrics))
         _scalars(writer, "eval", dict(step=done, **eval_metrics))
         logging.info("eval at step %d: accuracy %.4f loss %.4f", done,
@@ -505,7 +541,7 @@ def train_and_evaluate(config, workdir):
     mngr.wait_until_finished()
     mngr.close()
   if eval_metrics is None:  # Nothing left to train: evaluate the checkpoint.
-    eval_metrics = evaluate(state.params, spec, held_out)
+    eval_metrics = evaluate(state.params, spec, held_out, eval_mesh)
     last_loss = train_log.last_loss
   final = dict(step=int(state.step), eval_accuracy=eval_metrics["accuracy"],
                eval_loss=eval_metrics["loss"], final_train_loss=last_loss,
