@@ -1,8 +1,8 @@
 """Regenerates every table and figure: see configs/reproduce.py.
 
 Before each step it times a 2048^2 float32 dot (`ut.roofline`) and records its
-rate beside the step's wall time: the same 2-core CPU runs 2-3x slower on some
-days than on others, and a time means little without it.
+rate beside the step's wall time: the same 2-core CPU runs at very different
+speeds on different days, and a time means little without it.
 """
 
 import json

@@ -3,8 +3,8 @@
 A jitted `jnp.dot` of two N x N float32 matrices (N = 2048) on the default
 device, all its cores: 2 N^3 FLOPs over the median time. The training
 benchmarks divide step rates by it; `launch.reproduce` records it beside each
-step's wall time, because the same 2-core CPU has measured anywhere from about
-60 to 180 GFLOP/s on different days.
+step's wall time, because the same 2-core CPU runs at very different speeds on
+different days.
 """
 
 import statistics
