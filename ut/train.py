@@ -196,16 +196,21 @@ def data_parallel_step(spec, tx, mesh, microbatches=None):
 
   def local(params, batch):
     n = microbatches or default_microbatches(*batch["tokens"].shape, spec)
-    return jax.lax.psum(grad_sums(params, batch, spec=spec, microbatches=n),
-                        "batch")
+    return grad_sums(params, batch, spec=spec, microbatches=n)
 
-  def step(state, batch):
-    # check_vma=False: the custom VJPs of `ut.transformer` do not annotate
-    # how their outputs vary across devices.
-    return apply_gradient_sums(state, jax.shard_map(
-        local, mesh=mesh, in_specs=(P(), P("batch")), out_specs=P(),
-        check_vma=False)(state.params, batch), tx)
-  return step
+  sums = _summed_over_shares(local, mesh)
+  return lambda state, batch: apply_gradient_sums(
+      state, sums(state.params, batch), tx)
+
+
+def _summed_over_shares(local, mesh):
+  """local(params, batch) with the batch split over the devices of `mesh`
+  (axis 'batch'), each device's result added up across them."""
+  # check_vma=False: the custom VJPs of `ut.transformer` do not annotate how
+  # their outputs vary across devices.
+  summed = lambda params, batch: jax.lax.psum(local(params, batch), "batch")
+  return jax.shard_map(summed, mesh=mesh, in_specs=(P(), P("batch")),
+                       out_specs=P(), check_vma=False)
 
 
 def compiler_options(config):
@@ -318,12 +323,10 @@ def data_parallel_eval_step(spec, mesh):
 
   def local(params, batch):
     n = default_microbatches(*batch["tokens"].shape, spec)
-    return jax.lax.psum(eval_sums(params, batch, spec=spec, microbatches=n),
-                        "batch")
+    return eval_sums(params, batch, spec=spec, microbatches=n)
 
-  return jax.jit(lambda params, batch: _mean_loss(jax.shard_map(
-      local, mesh=mesh, in_specs=(P(), P("batch")), out_specs=P(),
-      check_vma=False)(params, batch)))
+  sums = _summed_over_shares(local, mesh)
+  return jax.jit(lambda params, batch: _mean_loss(sums(params, batch)))
 
 
 def evaluate(params, spec, eval_batches, mesh=None):
