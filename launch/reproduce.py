@@ -7,6 +7,7 @@ speeds on different days, and a time means little without it.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -71,8 +72,28 @@ def _gflops(rate):
   return "" if rate is None else f"{rate:.0f}"
 
 
+def _stop(proc, own_s=5, grace_s=60):
+  """Stops a step still running because this process was interrupted.
+
+  The step has `own_s` to exit by itself (Ctrl-C reaches the whole process
+  group), then gets SIGTERM, which a sweep passes on to its workers, then
+  SIGKILL after `grace_s` more.
+  """
+  for stop, wait_s in ((None, own_s), (proc.terminate, grace_s), (proc.kill, None)):
+    if stop:
+      stop()
+    try:
+      proc.wait(timeout=wait_s)
+      return
+    except subprocess.TimeoutExpired:
+      pass
+
+
 def main(argv):
   del argv
+  # SIGTERM (`kill`, a scheduler, a shutdown) unwinds like Ctrl-C, through the
+  # `finally` that records the interrupted step's time.
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
   config, workdir = _CONFIG.value, _WORKDIR.value
   earlier = _earlier(os.path.join(workdir, "reproduce.json"), _OVERWRITE.value)
   steps = []
@@ -95,9 +116,11 @@ def main(argv):
     logging.info("[%s] %s (2048^2 dot: %.0f GFLOP/s)", step.name, shown, rate)
     start = time.time()
     code = None
+    proc = subprocess.Popen(cmd)
     try:
-      code = subprocess.run(cmd, check=False).returncode
-    finally:  # Also on Ctrl-C: the step's time so far counts when resumed.
+      code = proc.wait()
+    finally:  # Also on Ctrl-C or SIGTERM: the step's time so far counts when resumed.
+      _stop(proc)
       seconds = time.time() - start + (record or {}).get("seconds", 0.0)
       steps.append(dict(name=step.name, command=shown, seconds=seconds,
                         finished=code == 0, dot_gflops=rate))

@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 from absl.testing import absltest
 
@@ -13,12 +15,28 @@ from tests import cli_helpers
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def reproduce_argv(workdir, profile="quick"):
+  return [sys.executable, "-m", "launch.reproduce",
+          f"--config={os.path.join(ROOT, 'configs', 'reproduce.py')}:{profile}",
+          f"--workdir={workdir}"]
+
+
 def reproduce(workdir, profile="quick"):
-  return subprocess.run(
-      [sys.executable, "-m", "launch.reproduce",
-       f"--config={os.path.join(ROOT, 'configs', 'reproduce.py')}:{profile}",
-       f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True,
-      timeout=900, check=False)
+  return subprocess.run(reproduce_argv(workdir, profile), cwd=ROOT,
+                        capture_output=True, text=True, timeout=900, check=False)
+
+
+def pids_with_arg(arg):
+  """Processes whose command line holds `arg`."""
+  pids = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        if arg.encode() in f.read().split(b"\0"):
+          pids.append(int(pid))
+    except OSError:
+      pass
+  return pids
 
 
 class ReproduceTest(absltest.TestCase):
@@ -75,6 +93,34 @@ class ReproduceTest(absltest.TestCase):
     self.assertGreater(new[-1]["seconds"], 1000.0)
     self.assertTrue(new[-1]["finished"])
     self.assertTrue(os.path.exists(os.path.join(tmp, "reproduce.md")))
+
+  def test_sigterm_records_the_interrupted_step(self):
+    tmp = self.create_tempdir().full_path
+    step_arg = f"--workdir={tmp}/simulate"
+    # The log goes to a file: a pipe would also wait for the step's process.
+    log = open(os.path.join(self.create_tempdir().full_path, "log"), "w+")
+    self.addCleanup(log.close)
+    proc = subprocess.Popen(reproduce_argv(tmp), cwd=ROOT, stdout=log, stderr=log)
+    deadline = time.time() + 300
+    while not pids_with_arg(step_arg):  # The first step's process has started.
+      self.assertIsNone(proc.poll(), "reproduce ended before its first step")
+      self.assertLess(time.time(), deadline)
+      time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    log.seek(0)
+    stderr = log.read()
+    self.assertEqual(proc.returncode, 128 + signal.SIGTERM, stderr[-3000:])
+    self.assertNotIn("Traceback", stderr)
+    self.assertEqual(pids_with_arg(step_arg), [])  # The step was stopped too.
+    with open(os.path.join(tmp, "reproduce.json")) as f:
+      report = json.load(f)
+    self.assertFalse(report["complete"])
+    [step] = report["steps"]
+    self.assertEqual(step["name"], "simulate")
+    self.assertFalse(step["finished"])
+    self.assertGreaterEqual(step["seconds"], 1.0)
 
   def test_unknown_profile_is_one_line(self):
     proc = reproduce(self.create_tempdir().full_path, profile="fast")
