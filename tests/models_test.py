@@ -229,6 +229,23 @@ class ModelsTest(chex.TestCase):
     got = apply(params, spec, tokens)
     np.testing.assert_allclose(np.asarray(got), np.stack(want), atol=1e-5, rtol=1e-4)
 
+  def test_level_stats_match_numpy_at_highest_precision(self):
+    rng = np.random.default_rng(0)
+    levels = [jnp.asarray(rng.normal(size=(2, 3, f)) * 5 + 2, jnp.float32)
+              for f in (4, 8, 16)]
+    mean, inv = models._level_stats(levels)  # pylint: disable=protected-access
+    z = np.concatenate([np.asarray(x, np.float64) for x in levels], -1)
+    np.testing.assert_allclose(mean[..., 0], z.mean(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(inv[..., 0], 1 / np.sqrt(z.var(-1) + 1e-5),
+                               rtol=1e-5)
+    # Its row sums are matmuls: a default-precision one would round z to
+    # bfloat16 on TPU, where LayerNorm's reduce does not.
+    jaxpr = jax.make_jaxpr(models._level_stats)(levels)  # pylint: disable=protected-access
+    dots = [e for e in jaxpr.eqns if e.primitive.name == "dot_general"]
+    self.assertLen(dots, 2 * len(levels))
+    for e in dots:
+      self.assertEqual(e.params["precision"], (jax.lax.Precision.HIGHEST,) * 2)
+
   def test_sequence_longer_than_position_table_raises(self):
     spec = make_spec("trained", "attn")
     params, _ = make_inputs(spec)

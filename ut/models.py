@@ -254,10 +254,14 @@ def _level_stats(levels, eps=1e-5):
   The row sums are matmuls with a ones vector: XLA CPU runs them in its dot
   library, faster than its reduce (measured on one core: the trained k-hop
   k = 4 step with res_ln_mlp 21.6 -> 10.0 ms, the sparse UT's with res_ln
-  89 -> 69-77 ms).
+  89 -> 69-77 ms). They run at HIGHEST precision: a reduce is exact in float32,
+  but a default-precision matmul rounds its inputs to bfloat16 on TPU (and to
+  TF32 on recent GPUs); at HIGHEST they match the reduce's LayerNorm there too,
+  at no cost on CPU, which computes float32 dots in full either way.
   """
   m = sum(z.shape[-1] for z in levels)
-  rowsum = lambda x: x @ jnp.ones((x.shape[-1], 1), x.dtype)
+  rowsum = lambda x: jnp.matmul(x, jnp.ones((x.shape[-1], 1), x.dtype),
+                                precision=jax.lax.Precision.HIGHEST)
   mean = sum(rowsum(z) for z in levels) / m
   var = sum(rowsum(jnp.square(z - mean)) for z in levels) / m
   return mean, jax.lax.rsqrt(var + eps)
