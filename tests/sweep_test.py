@@ -76,6 +76,23 @@ class SweepTest(absltest.TestCase):
       self.assertAlmostEqual(row["accuracy_mean"], np.mean(accs))
       self.assertAlmostEqual(row["accuracy_std"], np.std(accs, ddof=1))
 
+  def test_vmapped_group_keeps_each_runs_ut_seed(self):
+    # model.ut_seed may differ within a group: each run has its own frozen UT.
+    configs = []
+    for ut_seed in (0, 1):
+      config = sweep_config.get_config("model=random,variant=res_ln_mlp,smoke")
+      config.model.ut_seed = ut_seed
+      configs.append(config)
+    self.assertEqual(sweep.group_key(configs[0]), sweep.group_key(configs[1]))
+    got = sweep.train_group(configs)
+    tmp = self.create_tempdir().full_path
+    for i, (config, result) in enumerate(zip(configs, got)):
+      want = train.train_and_evaluate(config, os.path.join(tmp, str(i)))
+      np.testing.assert_allclose(result["param_checksum"], want["param_checksum"],
+                                 rtol=1e-5, err_msg=str(i))
+      np.testing.assert_allclose(result["final_train_loss"],
+                                 want["final_train_loss"], rtol=1e-4, err_msg=str(i))
+
   def test_restart_skips_finished_runs(self):
     # The sparse kind with res_ln_mlp, vmapped on a 1-device mesh.
     tmp = self.create_tempdir().full_path

@@ -124,7 +124,9 @@ def train_group(configs, *, log_every=None):
   spec = train.model_spec(first, task.info)
   num_devices = jax.device_count()
   runs = list(configs) + [configs[-1]] * (-len(configs) % num_devices)  # Pad.
-  states = [train.init_state(c, spec)[0] for c in runs]
+  # Each run's own spec: runs of a group may differ in model.ut_seed, which
+  # draws the frozen weights (`models.init`); the shapes are the same.
+  states = [train.init_state(c, train.model_spec(c, task.info))[0] for c in runs]
   tx, _ = train.make_optimizer(first, states[0].params, spec)
   mesh = jax.make_mesh((num_devices,), ("runs",))
   shard = NamedSharding(mesh, P("runs"))
