@@ -1,7 +1,8 @@
 """Tiny sweeps for tests: 4 seeds x 2 learning rates of the Dyck smoke config;
 with the argument `sparse`, 3 seeds of the sparse UT with res_ln_mlp; with
 `kinds`, 2 seeds of each model kind (3 shape groups); with `diverges`, a run
-whose loss becomes NaN and a healthy one; with `long`, 2 runs of a million
+whose loss becomes NaN, a healthy one, and a diverging target with its
+compiled-UT run; with `long`, 2 runs of a million
 steps (for killing a sweep while it trains)."""
 
 from configs import dyck
@@ -13,6 +14,9 @@ def sweep(add, arg=None):
   if arg == "diverges":  # The first run's loss becomes NaN at step 3.
     add("model=random,smoke,seed=0", **{"train.lr": 1e30})
     add("model=trained,smoke,seed=0")
+    # A compiled-UT run whose target diverges.
+    add("model=trained,smoke,seed=1", **{"train.lr": 1e30})
+    add("model=trained,smoke,seed=1", compiled="sparse", **{"train.lr": 1e30})
     return
   if arg == "long":
     for seed in range(2):

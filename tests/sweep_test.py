@@ -312,15 +312,26 @@ class SweepTest(absltest.TestCase):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, 1, "diverges")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    (bad, _), (good, _) = sweep.collect_runs(sweep_config, "diverges")
-    with open(os.path.join(tmp, "runs", bad, "metrics.json")) as f:
-      got = json.load(f)
-    self.assertTrue(np.isnan(got["eval_accuracy"]))
-    self.assertRegex(got["diverged"], r"loss became nan at step 3")
+    names = [n for n, _ in sweep.collect_runs(sweep_config, "diverges")]
+    bad, _, bad_target, bad_compiled = names
+    got = {}
+    for name in names:
+      with open(os.path.join(tmp, "runs", name, "metrics.json")) as f:
+        got[name] = json.load(f)
+    self.assertTrue(np.isnan(got[bad]["eval_accuracy"]))
+    self.assertRegex(got[bad]["diverged"], r"loss became nan at step 3")
+    # A compiled-UT run whose target diverged is recorded too, not retrained.
+    self.assertTrue(np.isnan(got[bad_compiled]["eval_accuracy"]))
+    self.assertEqual(got[bad_compiled]["diverged"],
+                     "its target diverged: " + got[bad_target]["diverged"])
+    self.assertFalse(os.path.exists(os.path.join(tmp, "runs", bad_compiled,
+                                                 "target")))
     with open(os.path.join(tmp, "table.json")) as f:
-      rows = {r["kind"]: r for r in json.load(f)["rows"]}
-    self.assertTrue(np.isnan(rows["random"]["accuracy_mean"]))
-    self.assertTrue(np.isfinite(rows["trained"]["accuracy_mean"]))
+      rows = {(r["kind"], r["lr"]): r for r in json.load(f)["rows"]}
+    self.assertTrue(np.isnan(rows["random", 1e30]["accuracy_mean"]))
+    self.assertTrue(np.isnan(rows["compiled_sparse", 1e30]["accuracy_mean"]))
+    healthy = [r for (kind, lr), r in rows.items() if kind == "trained" and lr < 1]
+    self.assertTrue(np.isfinite(healthy[0]["accuracy_mean"]))
 
   def test_workers_must_be_positive(self):
     proc = run_sweep_cli(self.create_tempdir().full_path, 1, "kinds",

@@ -229,7 +229,11 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
       results = train_group([c for _, c in plain])
     else:  # Each run is a plain training run, checkpointed in its own folder.
       results = [_train_one(c, _run_dir(workdir, n)) for n, c in plain]
-    results += [compiled.sweep_run(c, _target_dir(workdir, n, c, members))
+    # A compiled run whose target diverged here is recorded, not retrained.
+    diverged = {c.to_json_best_effort(): r["diverged"]
+                for (_, c), r in zip(plain, results) if "diverged" in r}
+    results += [_compile_one(c, _target_dir(workdir, n, c, members),
+                             diverged.get(_target_json(c)))
                 for n, c in compiled_runs]
     seconds = time.perf_counter() - start
     for (name, config), result in zip(pending, results):
@@ -305,6 +309,21 @@ def _train_one(config, run_dir):
     logging.warning("%s diverged: %s", run_dir, e)
     return dict(eval_accuracy=math.nan, diverged=str(e), task=config.task,
                 kind=config.model.kind, variant=config.model.variant)
+
+
+def _compile_one(config, target_dir, target_diverged=None):
+  """compiled.sweep_run, except that a run whose target diverged (here, as
+  `target_diverged` says, or while training in target_dir) is recorded like a
+  diverged run and the sweep goes on."""
+  try:
+    if target_diverged:
+      raise train.TrainingDiverged(target_diverged)
+    return compiled.sweep_run(config, target_dir)
+  except train.TrainingDiverged as e:
+    logging.warning("%s: the target diverged: %s", target_dir, e)
+    return dict(eval_accuracy=math.nan, diverged=f"its target diverged: {e}",
+                task=config.task, kind=f"compiled_{config.compiled}",
+                variant=config.model.variant)
 
 
 def cost_proxy(config):
