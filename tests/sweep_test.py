@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 from absl.testing import absltest
 import numpy as np
@@ -15,6 +16,7 @@ from tests import cli_helpers
 from tests import sweep_config
 from ut import sweep
 from ut import train
+from ut.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "tests", "sweep_config.py")
@@ -332,6 +334,21 @@ class SweepTest(absltest.TestCase):
     self.assertTrue(np.isnan(rows["compiled_sparse", 1e30]["accuracy_mean"]))
     healthy = [r for (kind, lr), r in rows.items() if kind == "trained" and lr < 1]
     self.assertTrue(np.isfinite(healthy[0]["accuracy_mean"]))
+
+  def test_bad_override_or_schedule_is_named_before_training(self):
+    def module(overrides):
+      return types.SimpleNamespace(
+          get_config=sweep_config.get_config,
+          sweep=lambda add: add("model=random,smoke", **overrides))
+    for overrides, pattern in (
+        ({"trian.lr": 1e-2}, r"override 'trian.lr': no such config field "
+                             r"\(fields here: .*train"),
+        ({"train.lr.x": 1}, r"override 'train.lr.x': no such config field"),
+        ({"train.lrr": 1}, r"override 'train.lrr': no such config field"),
+        ({"eval.every": 0}, r"run .*eval.every=0: config.eval.every=0; use an "
+                            r"integer >= 1")):
+      with self.assertRaisesRegex(UserError, pattern):
+        sweep.collect_runs(module(overrides))
 
   def test_workers_must_be_positive(self):
     proc = run_sweep_cli(self.create_tempdir().full_path, 1, "kinds",

@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from unittest import mock
 
@@ -277,10 +278,14 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     # The trained kind: a spec no other in-process test compiles.
     config = smoke_config(arg="model=trained", steps=8)
     workdir = self.create_tempdir().full_path
+    threads = {t.ident for t in threading.enumerate()}
     with mock.patch.object(train, "train_batch", batch_with_marker), \
         mock.patch.object(models, "apply", nan_apply):
       with self.assertRaises(train.TrainingDiverged) as cm:
         train.train_and_evaluate(config, workdir)
+    # Nothing of the run goes on (the TensorBoard writer is closed too).
+    self.assertEqual([t.name for t in threading.enumerate()
+                      if t.ident not in threads], [])
     self.assertIsInstance(cm.exception, UserError)
     self.assertRegex(str(cm.exception), r"loss became nan at step 5 \(last finite loss "
                      r"[0-9.]+,")
@@ -417,6 +422,30 @@ class CommandLineTest(parameterized.TestCase):
   def test_bad_cpu_devices_is_one_line_error(self):
     proc = run_train(self.create_tempdir().full_path, "--cpu_devices=0")
     self.assert_one_line_error(proc, r"--cpu_devices=0 must be at least 1")
+
+  @parameterized.named_parameters(
+      ("log_every", "--config.train.log_every=0",
+       r"config.train.log_every=0; use an integer >= 1"),
+      ("eval_every", "--config.eval.every=-5",
+       r"config.eval.every=-5; use an integer >= 1"),
+      ("checkpoint_every", "--config.train.checkpoint_every=0",
+       r"config.train.checkpoint_every=0; use an integer >= 1"),
+      ("steps", "--config.train.steps=0", r"config.train.steps=0; use an integer >= 1"),
+  )
+  def test_bad_schedule_is_one_line_error(self, override, pattern):
+    workdir = os.path.join(self.create_tempdir().full_path, "run")
+    proc = run_train(workdir, override)
+    self.assert_one_line_error(proc, pattern)
+    self.assertFalse(os.path.exists(workdir))
+
+  def test_workdir_that_is_a_file_is_one_line_error(self):
+    path = os.path.join(self.create_tempdir().full_path, "afile")
+    with open(path, "w") as f:
+      f.write("keep me")
+    proc = run_train(path)
+    self.assert_one_line_error(proc, r"--workdir=.*afile is a file; use a folder")
+    with open(path) as f:
+      self.assertEqual(f.read(), "keep me")
 
   @parameterized.named_parameters(
       ("unknown_model", "configs/dyck.py:model=bogus", r"unknown model kind 'bogus'"),

@@ -69,9 +69,13 @@ def _set(config, dotted, value):
   *parents, leaf = dotted.split(".")
   node = config
   for p in parents:
+    if p not in node or not hasattr(node[p], "keys"):
+      raise UserError(f"sweep override {dotted!r}: no such config field "
+                      f"(fields here: {', '.join(sorted(node))})")
     node = node[p]
   if leaf not in node:
-    raise UserError(f"sweep override {dotted!r}: no such config field")
+    raise UserError(f"sweep override {dotted!r}: no such config field "
+                    f"(fields here: {', '.join(sorted(node))})")
   node[leaf] = value
 
 
@@ -91,6 +95,11 @@ def collect_runs(module, arg=None):
     module.sweep(add)
   else:
     module.sweep(add, arg)
+  for name, config in runs:  # Fail before training anything.
+    try:
+      train.check_schedule(config)
+    except UserError as e:
+      raise UserError(f"run {name}: {e}") from None
   names = [n for n, _ in runs]
   if len(set(names)) != len(names):
     raise UserError("sweep(add) added the same run twice")

@@ -223,6 +223,21 @@ def compiler_options(config):
   return dict(compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=""))
 
 
+# Config fields that count steps or examples, and the least value that works.
+_AT_LEAST = {"train.steps": 1, "train.batch_size": 1, "train.log_every": 1,
+             "train.checkpoint_every": 1, "train.warmup_steps": 0,
+             "eval.every": 1, "eval.num": 1, "eval.batch_size": 1}
+
+
+def check_schedule(config):
+  """A UserError naming the first step or size field that cannot work."""
+  for dotted, least in _AT_LEAST.items():
+    section, field = dotted.split(".")
+    value = config[section][field]
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+      raise UserError(f"config.{dotted}={value!r}; use an integer >= {least}")
+
+
 def check_data_parallel(config):
   """A UserError unless config.train.data_parallel can split the batch."""
   n, b = jax.local_device_count(), config.train.batch_size
@@ -480,7 +495,11 @@ def train_and_evaluate(config, workdir):
   """Trains config.model on config.task; returns the final metrics dict."""
   task = data_lib.make_task(config)
   spec = model_spec(config, task.info)  # Validate before claiming the workdir.
+  check_schedule(config)
   check_data_parallel(config)
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise UserError(f"--workdir={workdir} is a file; use a folder (new or a "
+                    f"run's, to resume)")
   os.makedirs(workdir, exist_ok=True)
   _check_workdir_config(config, workdir)
   state, tx, schedule = init_state(config, spec)
@@ -507,7 +526,7 @@ def train_and_evaluate(config, workdir):
   tc = config.train
   last_loss, t_last, s_last = None, time.perf_counter(), start_step
   eval_metrics = None
-  try:  # Finish an in-flight async save even when training stops early.
+  try:  # Finish an in-flight async save and close the log even on errors.
     for step in range(start_step, tc.steps):
       batch = place_batch(train_batch(config, task, step))
       state, metrics = step_fn(state, batch)
@@ -543,6 +562,8 @@ def train_and_evaluate(config, workdir):
   finally:
     mngr.wait_until_finished()
     mngr.close()
+    if writer is not None:
+      writer.close()
   if eval_metrics is None:  # Nothing left to train: evaluate the checkpoint.
     eval_metrics = evaluate(state.params, spec, held_out, eval_mesh)
     last_loss = train_log.last_loss
@@ -553,8 +574,6 @@ def train_and_evaluate(config, workdir):
                model_width=spec.model_width, trainable_params=n_train,
                provenance=reports.provenance(config))
   reports.write_json(os.path.join(workdir, "metrics.json"), final)
-  if writer is not None:
-    writer.close()
   return final
 
 
