@@ -137,6 +137,18 @@ class BadInputTest(parameterized.TestCase):
                         f"--workdir={self.tmp}/table")
     self.assert_one_line_error(proc, r"L=0 must be a positive")
 
+  @parameterized.parameters(("num_targets", 0), ("seq_len", 0), ("batch", -1))
+  def test_table_size_nonpositive(self, field, value):
+    proc = run_simulate(f"--config.{field}={value}", f"--workdir={self.tmp}/table")
+    self.assert_one_line_error(proc, rf"config.{field}={value} must be a positive")
+    self.assertFalse(os.path.exists(f"{self.tmp}/table"))
+
+  def test_negative_seed(self):
+    self.assert_one_line_error(
+        self.run_bad("T.npz", "X.npy", "--config.ut=random", "--config.seed=-1"),
+        r"seed=-1 must be a non-negative integer")
+    self.assertFalse(os.path.exists(f"{self.tmp}/Y.npy"))
+
   def test_k_u_below_d(self):
     self.assert_one_line_error(
         self.run_bad("T.npz", "X.npy", "--config.ut=random", "--config.k_u=3"),

@@ -15,6 +15,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -245,6 +246,28 @@ class ModelsTest(chex.TestCase):
     self.assertLen(dots, 2 * len(levels))
     for e in dots:
       self.assertEqual(e.params["precision"], (jax.lax.Precision.HIGHEST,) * 2)
+
+  @parameterized.product(kind=("sparse", "random", "trained"),
+                         structured=(True, False))
+  def test_precision_reaches_every_matmul(self, kind, structured):
+    # On TPU/GPU a dot without it would round to bfloat16/TF32.
+    spec = make_spec(kind, "res_ln_mlp")
+    params, tokens = make_inputs(spec)
+    highest = jax.lax.Precision.HIGHEST
+    jaxpr = jax.make_jaxpr(lambda p: models.apply(
+        p, spec, tokens, precision=highest, structured=structured))(params)
+
+    def dots(jaxpr):
+      for e in jaxpr.eqns:
+        if e.primitive.name == "dot_general":
+          yield e
+        for sub in jax.extend.core.jaxprs_in_params(e.params):
+          yield from dots(sub)
+
+    found = list(dots(jaxpr.jaxpr))
+    self.assertGreater(len(found), 4)
+    for e in found:
+      self.assertEqual(e.params["precision"], (highest, highest), str(e))
 
   def test_sequence_longer_than_position_table_raises(self):
     spec = make_spec("trained", "attn")

@@ -17,6 +17,7 @@ from ut import targets as targets_lib
 from ut import transformer
 from ut.constructions import gaussian
 from ut.constructions import sparse
+from ut.errors import UserError
 
 F64_ATOL = 1e-9     # Issue: float64 max abs error <= 1e-9.
 F32_RTOL = 1e-4     # Issue: float32 <= 1e-4 relative (sparse; random at 1.25 N).
@@ -116,6 +117,14 @@ class StructuredPathTest(chex.TestCase):
     for g in range(2):
       self.assertLessEqual(dense["wv"][0, g].sum(0).max(), 1)
       self.assertLessEqual(dense["wv"][0, g].sum(1).max(), 1)
+
+  def test_size_formulas_take_numpy_integers_only_positive(self):
+    # ModelSpec accepts numpy integers; the formulas it calls must too.
+    self.assertEqual(bounds.sparse_width(np.int64(2), np.int32(3), np.int64(2)),
+                     bounds.sparse_width(2, 3, 2))
+    for bad in (True, 2.0, 0):
+      with self.assertRaisesRegex(UserError, "H=.* must be a positive integer"):
+        bounds.sparse_width(bad, 3, 2)
 
 
 class ThresholdTest(parameterized.TestCase):

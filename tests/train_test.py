@@ -431,8 +431,10 @@ class CommandLineTest(parameterized.TestCase):
       ("checkpoint_every", "--config.train.checkpoint_every=0",
        r"config.train.checkpoint_every=0; use an integer >= 1"),
       ("steps", "--config.train.steps=0", r"config.train.steps=0; use an integer >= 1"),
+      ("ut_seed", "--config.model.ut_seed=-1",
+       r"model.ut_seed=-1 must be a non-negative integer"),
   )
-  def test_bad_schedule_is_one_line_error(self, override, pattern):
+  def test_bad_config_value_is_one_line_error(self, override, pattern):
     workdir = os.path.join(self.create_tempdir().full_path, "run")
     proc = run_train(workdir, override)
     self.assert_one_line_error(proc, pattern)

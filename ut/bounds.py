@@ -3,12 +3,14 @@
 H heads, L layers, d target width, k_u UT head width, d_out UT read-out width.
 """
 
+import numbers
+
 from ut.errors import UserError
 
 
 def _check(num_heads, num_layers, width):
   for name, v in (("H", num_heads), ("L", num_layers), ("d", width)):
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
       raise UserError(f"{name}={v!r} must be a positive integer")
 
 

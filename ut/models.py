@@ -75,6 +75,10 @@ class ModelSpec:
         or not 0 < self.embed_scale < np.inf):
       raise UserError(f"model.embed_scale={self.embed_scale!r} must be a "
                       "positive number (the std of E's initial entries, e.g. 1.0)")
+    if (not isinstance(self.ut_seed, (int, np.integer))
+        or isinstance(self.ut_seed, bool) or self.ut_seed < 0):
+      raise UserError(f"model.ut_seed={self.ut_seed!r} must be a non-negative "
+                      "integer (the seed of the frozen weights, e.g. 0)")
     if (not isinstance(self.mlp_width, (int, np.integer))
         or isinstance(self.mlp_width, bool) or self.mlp_width < 0):
       raise UserError(f"model.mlp_width={self.mlp_width!r} must be a positive "
@@ -419,8 +423,10 @@ def apply(params, spec, tokens_BxT, precision=None, structured=True):
     z = z + a if spec.residual else a
     if spec.variant == "res_ln_mlp":
       mlp = jax.tree.map(lambda w: w[layer], params["mlp"])
-      hidden = jax.nn.gelu(layer_norm(z) @ mlp["w1"] + mlp["b1"][None, None])
-      z = z + hidden @ mlp["w2"] + mlp["b2"][None, None]
+      hidden = jax.nn.gelu(jnp.matmul(layer_norm(z), mlp["w1"], precision=precision)
+                           + mlp["b1"][None, None])
+      z = (z + jnp.matmul(hidden, mlp["w2"], precision=precision)
+           + mlp["b2"][None, None])
   if ln:
     z = layer_norm(z)
   return unembed(z, params["unembed"], precision)

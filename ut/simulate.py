@@ -231,6 +231,9 @@ def run_table(config, workdir):
     if len(entry) != 3:
       raise UserError(f"grid entry {entry!r} must be (H, L, d)")
     targets_lib.check_positive(H=entry[0], L=entry[1], d=entry[2])
+  targets_lib.check_positive(**{"config.num_targets": config.num_targets,
+                                "config.batch": config.batch,
+                                "config.seq_len": config.seq_len})
   csv_path = os.path.join(workdir, "simulate_table.csv")
   json_path = os.path.join(workdir, "simulate_table.json")
   reports.refuse_existing([csv_path, json_path,

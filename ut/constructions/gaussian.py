@@ -20,6 +20,8 @@ def make_gaussian_ut(num_heads, num_layers, m, head_width, seed, *,
                   ("k_u", head_width)):
     if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
       raise UserError(f"{name}={v!r} must be a positive integer")
+  if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+    raise UserError(f"seed={seed!r} must be a non-negative integer, e.g. seed=0")
   out_width = head_width if out_width is None else out_width
   rng = np.random.default_rng(seed)
   lp = 1 if shared else num_layers
