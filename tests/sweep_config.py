@@ -2,7 +2,7 @@
 with the argument `sparse`, 3 seeds of the sparse UT with res_ln_mlp; with
 `kinds`, 2 seeds of each model kind (3 shape groups); with `diverges`, a run
 whose loss becomes NaN, a healthy one, and a diverging target with its
-compiled-UT run; with `long`, 2 runs of a million
+compiled-UT run; with `diverges_in_group`, the same two runs in one shape group; with `long`, 2 runs of a million
 steps (for killing a sweep while it trains)."""
 
 from configs import dyck
@@ -17,6 +17,10 @@ def sweep(add, arg=None):
     # A compiled-UT run whose target diverges.
     add("model=trained,smoke,seed=1", **{"train.lr": 1e30})
     add("model=trained,smoke,seed=1", compiled="sparse", **{"train.lr": 1e30})
+    return
+  if arg == "diverges_in_group":  # One vmapped group; the first run diverges.
+    for lr in (1e30, 1e-2):
+      add("model=random,smoke,seed=0", **{"train.lr": lr})
     return
   if arg == "long":
     for seed in range(2):

@@ -335,6 +335,24 @@ class SweepTest(absltest.TestCase):
     healthy = [r for (kind, lr), r in rows.items() if kind == "trained" and lr < 1]
     self.assertTrue(np.isfinite(healthy[0]["accuracy_mean"]))
 
+  def test_a_diverged_run_in_a_vmapped_group_is_recorded(self):
+    tmp = self.create_tempdir().full_path
+    proc = run_sweep_cli(tmp, 1, "diverges_in_group", "--batching=vmap")
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    (bad, _), (good, good_config) = sweep.collect_runs(sweep_config,
+                                                       "diverges_in_group")
+    with open(os.path.join(tmp, "runs", bad, "metrics.json")) as f:
+      got = json.load(f)
+    self.assertTrue(np.isnan(got["eval_accuracy"]))
+    self.assertRegex(got["diverged"], r"loss became nan at step \d+ \(last finite")
+    # The other run of the group trained on, as it would alone.
+    with open(os.path.join(tmp, "runs", good, "metrics.json")) as f:
+      got = json.load(f)
+    want = train.train_and_evaluate(good_config, os.path.join(tmp, "single"))
+    self.assertEqual(got["eval_accuracy"], want["eval_accuracy"])
+    np.testing.assert_allclose(got["param_checksum"], want["param_checksum"],
+                               rtol=1e-5)
+
   def test_bad_override_or_schedule_is_named_before_training(self):
     def module(overrides):
       return types.SimpleNamespace(

@@ -146,26 +146,35 @@ def train_group(configs, *, log_every=None):
   steps = first.train.steps
   log_every = log_every or first.train.log_every
   start = time.perf_counter()
-  last_loss = None
+  last_loss = np.full(len(runs), np.nan)
+  diverged = {}  # Run index -> diagnosis. The others train on: runs are independent.
   for step in range(steps):
     batch = _stack([train.train_batch(c, task, step) for c in runs])
     state, metrics = step_fn(state, jax.device_put(batch, shard))
     loss = np.asarray(metrics["loss"])
-    bad = [i for i in range(len(configs)) if not np.isfinite(loss[i])]
-    if bad:
-      raise train.TrainingDiverged(
-          f"run {bad[0]} (seed {configs[bad[0]].seed}, lr {configs[bad[0]].train.lr})"
-          f" reached loss {loss[bad[0]]} at step {step + 1}; lower its lr")
-    last_loss = loss
+    for i, config in enumerate(configs):
+      if i not in diverged and not np.isfinite(loss[i]):
+        diverged[i] = (f"loss became {loss[i]} at step {step + 1} (last finite "
+                       f"loss {last_loss[i]}, lr {config.train.lr}); lower its lr")
+        logging.warning("run %d of the group (seed %d) diverged: %s", i,
+                        config.seed, diverged[i])
+    last_loss = np.where(np.isfinite(loss), loss, last_loss)
+    if len(diverged) == len(configs):
+      break
     if (step + 1) % log_every == 0 or step + 1 == steps:
       rate = (step + 1) / (time.perf_counter() - start)
       logging.info("group of %d runs on %d device(s): step %d/%d mean loss %.4f |"
                    " %.1f steps/s, ETA %.0fs", len(configs), num_devices, step + 1,
-                   steps, float(loss[:len(configs)].mean()), rate,
+                   steps, float(np.mean([loss[i] for i in range(len(configs))
+                                         if i not in diverged])), rate,
                    (steps - step - 1) / rate)
   params = jax.device_get(state.params)
   results = []
   for i, config in enumerate(configs):
+    if i in diverged:  # Recorded as `_train_one` records a diverged run.
+      results.append(dict(eval_accuracy=math.nan, diverged=diverged[i],
+                          task=config.task, kind=spec.kind, variant=spec.variant))
+      continue
     p = jax.tree.map(lambda a, i=i: a[i], params)
     ev = train.evaluate(p, spec, train.eval_batches(config, task))
     results.append(dict(step=steps, eval_accuracy=ev["accuracy"],
