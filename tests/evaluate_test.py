@@ -272,5 +272,25 @@ class EvaluateTest(parameterized.TestCase):
     line = cli_helpers.assert_one_line_error(self, proc, pattern)
     return line
 
+class OutputPathTest(absltest.TestCase):
+  """Bad --out paths fail before any model is loaded (no trained model here)."""
+
+  def test_output_that_cannot_be_written_is_refused_first(self):
+    tmp = self.create_tempdir().full_path
+    data = f"{tmp}/d.jsonl"
+    write(data, ['{"text": "()"}'])
+    with open(f"{tmp}/afile", "w") as f:
+      f.write("kept")
+    for out, pattern in ((tmp, r"is a folder; name a file"),
+                         (f"{tmp}/afile/r.json", r"afile is a file, so"),
+                         (data, r"d.jsonl is also an input")):
+      with self.assertRaisesRegex(UserError, pattern):
+        evaluate.evaluate_jsonl(f"{tmp}/not_loaded", data, out, overwrite=True)
+    with open(data) as f:
+      self.assertEqual(f.read(), '{"text": "()"}\n')
+    with open(f"{tmp}/afile") as f:
+      self.assertEqual(f.read(), "kept")
+
+
 if __name__ == "__main__":
   absltest.main()

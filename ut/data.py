@@ -158,4 +158,9 @@ def make_task(config):
   """The task adapter for config.task with its config.data."""
   if config.task not in TASKS:
     raise UserError(f"unknown task {config.task!r}; use one of {sorted(TASKS)}")
-  return TASKS[config.task](config.data)
+  try:  # The generators check their settings: try them on two examples.
+    task = TASKS[config.task](config.data)
+    task.batch(2, 0)
+  except (ValueError, TypeError) as e:
+    raise UserError(f"config.data of task {config.task}: {e}") from None
+  return task

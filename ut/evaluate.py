@@ -94,7 +94,7 @@ def evaluate_jsonl(workdir, data_path, out_path=None, overwrite=False):
     The report dict (also written to `out_path` when given).
   """
   if out_path:
-    reports.refuse_existing([out_path], overwrite, flag="--overwrite")
+    reports.check_output(out_path, overwrite, "--overwrite", inputs=[data_path])
   lines = _read_lines(data_path)
   if not lines:
     raise UserError(f"{data_path} has no examples (every line is empty)")

@@ -49,6 +49,22 @@ def refuse_existing(paths, overwrite, flag="--config.overwrite=True"):
                     f"or choose another path")
 
 
+def check_output(path, overwrite, flag, inputs=()):
+  """Raises UserError unless `path` can take a new file: it is not a folder,
+  not one of `inputs`, no ancestor is a file, and it is new or `overwrite`."""
+  if os.path.isdir(path):
+    raise UserError(f"{path} is a folder; name a file to write")
+  if any(os.path.exists(i) and os.path.samefile(i, path) for i in inputs
+         if os.path.exists(path)):
+    raise UserError(f"{path} is also an input; choose another output path")
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise UserError(f"{parent} is a file, so {path} cannot be written under it")
+  refuse_existing([path], overwrite, flag=flag)
+
+
 def write_json(path, obj):
   """Writes JSON atomically (tmp file + rename)."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
