@@ -63,8 +63,7 @@ def _write(workdir, config, steps, complete):
                        "-" + _gflops(max(rates)) if len(rates) > 1 else ""),
                    command=""))
   table = reports.format_table(rows)
-  with open(os.path.join(workdir, "reproduce.md"), "w") as f:
-    f.write(table + "\n")
+  reports.write_text(os.path.join(workdir, "reproduce.md"), table + "\n")
   return table
 
 

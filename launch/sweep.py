@@ -23,6 +23,7 @@ import jax
 
 from launch import cli
 from ut import plots
+from ut import reports
 from ut import sweep
 from ut.errors import UserError
 
@@ -114,8 +115,8 @@ def main(argv):
   print(sweep.markdown_table(rows))
   module = sweep.load_config_module(_CONFIG.value)
   if hasattr(module, "PAPER") and jax.process_index() == 0:
-    with open(os.path.join(_WORKDIR.value, "paper.md"), "w") as f:
-      f.write(plots.beside_paper(rows, module.PAPER, module.PANEL) + "\n")
+    reports.write_text(os.path.join(_WORKDIR.value, "paper.md"),
+                       plots.beside_paper(rows, module.PAPER, module.PANEL) + "\n")
   print(f"wrote {_WORKDIR.value}/table.csv, .json and .md")
 
 

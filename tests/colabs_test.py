@@ -15,10 +15,13 @@ import sys
 from absl.testing import absltest
 from absl.testing import parameterized
 import nbformat
+import numpy as np
 
 from tests import cli_helpers
 from ut import notebooks
 from ut import plots
+from ut import reports
+from ut import sweep
 from ut.errors import UserError
 
 ROOT = notebooks.ROOT
@@ -159,6 +162,25 @@ class PlotsTest(absltest.TestCase):
     with open(os.path.join(workdir, "table.json"), "w") as f:
       json.dump(dict(rows=[dict(row, runs=runs.format(0))]), f)
     self.assertIsNone(plots.finished_rows(config, workdir))  # Seed 1 missing.
+
+  def test_finished_rows_of_fewer_seeds_than_the_table(self):
+    # The table has 3 seeds per cell; a 2-seed sub-grid gets its own mean.
+    workdir = self.create_tempdir().full_path
+    grid = os.path.join(ROOT, "configs/dyck_table.py") + \
+        ":smoke,kinds=sparse,variants=attn,mixes=za,seeds={}"
+    module = sweep.load_config_module(grid)
+    runs = sweep.collect_runs(module, grid.format(3).split(":", 1)[1])
+    for (name, config), acc in zip(runs, (0.5, 0.7, 0.9)):
+      reports.write_json(os.path.join(workdir, "runs", name, "metrics.json"), dict(
+          name=name, eval_accuracy=acc, task="dyck", kind="sparse",
+          variant="attn", config=json.loads(config.to_json_best_effort())))
+    sweep.write_table(workdir, sweep.aggregate(workdir, [n for n, _ in runs]), {})
+    [row] = plots.finished_rows(grid.format(2), workdir)
+    self.assertEqual(row["seeds"], 2)
+    self.assertAlmostEqual(row["accuracy_mean"], 0.6)
+    self.assertAlmostEqual(row["accuracy_std"], np.std([0.5, 0.7], ddof=1))
+    [row] = plots.finished_rows(grid.format(3), workdir)
+    self.assertAlmostEqual(row["accuracy_mean"], 0.7)
 
 
 if __name__ == "__main__":

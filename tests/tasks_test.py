@@ -7,6 +7,10 @@ letter-label share) are printed; run with `pytest -s` to see them.
 
 import doctest
 import itertools
+import json
+import os
+import subprocess
+import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -14,11 +18,14 @@ import numpy as np
 
 from configs import dyck as dyck_config
 from configs import khop as khop_config
+from tests import cli_helpers
 from ut import data as data_lib
 from ut.errors import UserError
 from ut.tasks import dyck
 from ut.tasks import khop
 from ut.tasks import TASKS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # ----------------------------------------------------------------- references
@@ -324,6 +331,42 @@ class MakeTaskTest(parameterized.TestCase):
     config = module.get_config(arg)
     with self.assertRaisesRegex(UserError, r'config.data of task \w+: ' + pattern):
       data_lib.make_task(config)
+
+
+class DyckBaselineTest(absltest.TestCase):
+
+  def run_baseline(self, workdir, *flags):
+    return subprocess.run(
+        [sys.executable, '-m', 'launch.dyck_baseline', f'--workdir={workdir}',
+         *flags], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        check=False)
+
+  def test_counts_match_the_strings_themselves(self):
+    workdir = self.create_tempdir().full_path
+    proc = self.run_baseline(workdir, '--seeds=1')
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    with open(os.path.join(workdir, 'counting_baseline.json')) as f:
+      rows = json.load(f)['rows']
+    self.assertEqual([r['mix'] for r in rows], list(dyck.MIXES))
+    for row in rows:
+      # From the generator's texts (the command compares token rows).
+      config = dyck_config.get_config(f"mix={row['mix']},seed=0")
+      gen = lambda n, *seed: dyck.generate(n, config.data.max_len, row['mix'],
+                                           data_lib.stream_seed(*seed))
+      trained = {t for step in range(config.train.steps)
+                 for t in gen(config.train.batch_size, 0, 0, step)[2]}
+      _, labels, held_out = gen(config.eval.num, 0, 1)
+      self.assertAlmostEqual(row['seen_in_training'],
+                             np.mean([t in trained for t in held_out]))
+      self.assertAlmostEqual(row['balanced'], labels.mean())
+      counts = np.array([t.count('(') == t.count(')') for t in held_out])
+      self.assertAlmostEqual(row['counting_accuracy'], np.mean(counts == labels))
+
+  def test_no_seeds_is_one_line_error(self):
+    workdir = os.path.join(self.create_tempdir().full_path, 'out')
+    cli_helpers.assert_one_line_error(
+        self, self.run_baseline(workdir, '--seeds=0'), r'--seeds=0; use 1 or more')
+    self.assertFalse(os.path.exists(workdir))
 
 
 if __name__ == '__main__':

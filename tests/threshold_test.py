@@ -19,6 +19,7 @@ from configs import threshold as threshold_config
 from tests import cli_helpers
 from ut import bounds
 from ut import compile as compile_lib
+from ut import targets as targets_lib
 from ut import threshold
 from ut.constructions import gaussian
 from ut.constructions import sparse
@@ -105,6 +106,10 @@ class BadInputTest(parameterized.TestCase):
 
   @parameterized.parameters(("--config.grid=((2, 0, 4),)", r"L=0 must be a positive"),
                             ("--config.grid=((2, 2),)", r"must be \(H, L, d\)"),
+                            ("--config.grid=(1, 2, 4)", r"grid entry 1 must be"),
+                            ("--config.grid=()", r"grid is empty"),
+                            ("--config.seed=-1", r"config.seed=-1 must be a "
+                             r"non-negative integer"),
                             ("--config.ratios=(0.5, -1.0)", r"ratios=.*positive"))
   def test_one_line_error(self, override, pattern):
     workdir = self.create_tempdir().full_path
@@ -160,6 +165,19 @@ class LibraryTest(parameterized.TestCase):
     np.testing.assert_allclose(maps["sparse"], want, atol=1e-12)
     np.testing.assert_allclose(maps[n], want, atol=1e-9)
     self.assertGreater(np.abs(maps[n - 1] - want).max(), INEXACT)
+
+  def test_attention_comparison_of_a_residual_target_uses_its_n(self):
+    n = bounds.random_threshold(2, 2, 3, residual=True)
+    self.assertGreater(n, bounds.random_threshold(2, 2, 3))
+    with jax.enable_x64(True):
+      target = targets_lib.init(jax.random.PRNGKey(4), num_heads=2, num_layers=2,
+                                width=3, looped=True, residual=True,
+                                dtype=jax.numpy.float64)
+      x = np.random.default_rng(0).standard_normal((1, 5, 3))
+      maps = threshold.attention_comparison(target, x)
+    [at_n] = [k for k in maps if f"m={n} " in k]
+    self.assertIn(f"N={n}", at_n)
+    np.testing.assert_allclose(maps[at_n], maps["target"], atol=1e-9)
 
   def test_attention_comparison_and_plot(self):
     with jax.enable_x64(True):

@@ -161,6 +161,6 @@ def run(config, workdir):
                 target_width=spec.width, heads=spec.num_heads,
                 layers=spec.num_layers, provenance=reports.provenance(config))
   reports.write_json(report_path, result)
-  with open(os.path.join(workdir, "compiled_ut.md"), "w") as f:
-    f.write(reports.format_table(rows, floatfmt="{:.5g}") + "\n")
+  reports.write_text(os.path.join(workdir, "compiled_ut.md"),
+                     reports.format_table(rows, floatfmt="{:.5g}") + "\n")
   return result

@@ -28,7 +28,9 @@ def finished_rows(config_path, workdir):
   """workdir/table.json's rows when it covers every run of the sweep, else None.
 
   Only the rows of this sweep's runs are returned, so a table made by a larger
-  sweep serves a sub-grid. Reads only; call sweep.run_sweep when this is None.
+  sweep serves a sub-grid; a cell of which the sub-grid has fewer seeds is
+  aggregated again from those runs' files. Reads only; call sweep.run_sweep
+  when this is None.
   """
   path = os.path.join(workdir, "table.json")
   if not os.path.exists(path):
@@ -41,7 +43,15 @@ def finished_rows(config_path, workdir):
   done = {name for r in rows for name in r["runs"].split(";")}
   if not wanted <= done:
     return None
-  return [r for r in rows if set(r["runs"].split(";")) <= wanted]
+  out = []
+  for row in rows:
+    names = row["runs"].split(";")
+    mine = [n for n in names if n in wanted]
+    if len(mine) == len(names):
+      out.append(row)
+    elif mine:
+      out.extend(sweep.aggregate(workdir, mine))
+  return out
 
 
 def panel_value(row, panel):

@@ -1,5 +1,6 @@
 """Writing results safely, with provenance (config, seed, git commit, device)."""
 
+import contextlib
 import csv
 import datetime
 import json
@@ -12,13 +13,16 @@ import jax
 from ut.errors import UserError
 
 
-def git_commit():
-  """The repo's HEAD commit (with '+dirty' for uncommitted changes), or 'unknown'."""
-  here = os.path.dirname(os.path.abspath(__file__))
+def git_commit(here=None):
+  """The HEAD commit of the repo holding `here` (default: this package), with
+  '+dirty' for uncommitted changes outside results/, or 'unknown'."""
+  here = here or os.path.dirname(os.path.abspath(__file__))
   try:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, check=True,
                             capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+    # Regenerated results/ files are outputs, not code: they do not count.
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                            "--", ":/", ":(exclude,top)results"],
                            cwd=here, check=True, capture_output=True,
                            text=True).stdout.strip()
     return commit + ("+dirty" if dirty else "")
@@ -65,25 +69,40 @@ def check_output(path, overwrite, flag, inputs=()):
   refuse_existing([path], overwrite, flag=flag)
 
 
-def write_json(path, obj):
-  """Writes JSON atomically (tmp file + rename)."""
+@contextlib.contextmanager
+def _atomic(path):
+  """A file opened for writing at path + '.tmp', renamed to `path` once written
+  whole (removed if writing fails): readers never see a part of it."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   tmp = path + ".tmp"
-  with open(tmp, "w") as f:
+  try:
+    with open(tmp, "w", newline="") as f:
+      yield f
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def write_json(path, obj):
+  """Writes JSON atomically."""
+  with _atomic(path) as f:
     json.dump(obj, f, indent=2, default=_jsonable)
     f.write("\n")
-  os.replace(tmp, path)
 
 
 def write_csv(path, rows):
   """Writes a list of flat dicts as CSV atomically."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w", newline="") as f:
+  with _atomic(path) as f:
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-  os.replace(tmp, path)
+
+
+def write_text(path, text):
+  """Writes text (a markdown table, say) atomically."""
+  with _atomic(path) as f:
+    f.write(text)
 
 
 def format_table(rows, floatfmt="{:.3g}"):

@@ -227,10 +227,8 @@ def table_row(num_heads, num_layers, width, config):
 
 def run_table(config, workdir):
   """The bounds-and-errors table over config.grid; writes CSV + JSON to workdir."""
-  for entry in config.grid:
-    if len(entry) != 3:
-      raise UserError(f"grid entry {entry!r} must be (H, L, d)")
-    targets_lib.check_positive(H=entry[0], L=entry[1], d=entry[2])
+  targets_lib.check_grid(config.grid)
+  targets_lib.check_seed(config.seed, "config.seed")
   targets_lib.check_positive(**{"config.num_targets": config.num_targets,
                                 "config.batch": config.batch,
                                 "config.seq_len": config.seq_len})
@@ -247,6 +245,6 @@ def run_table(config, workdir):
   reports.write_csv(csv_path, rows)
   reports.write_json(json_path, {"rows": rows,
                                  "provenance": reports.provenance(config)})
-  with open(os.path.join(workdir, "simulate_table.md"), "w") as f:
-    f.write(reports.format_table(rows) + "\n")
+  reports.write_text(os.path.join(workdir, "simulate_table.md"),
+                     reports.format_table(rows) + "\n")
   return rows

@@ -515,8 +515,7 @@ def aggregate(workdir, names):
 def write_table(workdir, rows, meta):
   reports.write_csv(os.path.join(workdir, "table.csv"), rows)
   reports.write_json(os.path.join(workdir, "table.json"), dict(rows=rows, **meta))
-  with open(os.path.join(workdir, "table.md"), "w") as f:
-    f.write(markdown_table(rows) + "\n")
+  reports.write_text(os.path.join(workdir, "table.md"), markdown_table(rows) + "\n")
 
 
 def markdown_table(rows):

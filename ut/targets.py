@@ -73,6 +73,23 @@ class Target:
     return jax.tree.map(lambda a: np.asarray(a, dtype), self)
 
 
+def check_grid(grid):
+  """Raises UserError unless `grid` is a non-empty sequence of (H, L, d)."""
+  if not grid:
+    raise UserError("grid is empty; give (H, L, d) entries, e.g. ((1, 2, 4),)")
+  for entry in grid:
+    if not isinstance(entry, (tuple, list)) or len(entry) != 3:
+      raise UserError(f"grid entry {entry!r} must be (H, L, d); a grid of one "
+                      f"entry is written ((1, 2, 4),)")
+    check_positive(H=entry[0], L=entry[1], d=entry[2])
+
+
+def check_seed(seed, name="seed"):
+  """Raises UserError unless `seed` is a non-negative integer (numpy's rule)."""
+  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    raise UserError(f"{name}={seed!r} must be a non-negative integer, e.g. {name}=0")
+
+
 def check_positive(**sizes):
   """Raises UserError unless every named size is a positive integer."""
   for name, value in sizes.items():

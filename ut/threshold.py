@@ -218,10 +218,8 @@ def plot(rows, path=None):
 
 
 def _check_config(config):
-  for entry in config.grid:
-    if len(entry) != 3:
-      raise UserError(f"grid entry {entry!r} must be (H, L, d)")
-    targets_lib.check_positive(H=entry[0], L=entry[1], d=entry[2])
+  targets_lib.check_grid(config.grid)
+  targets_lib.check_seed(config.seed, "config.seed")
   if not config.ratios or any(not r > 0 for r in config.ratios):
     raise UserError(f"ratios={tuple(config.ratios)!r} must be positive m/N "
                     f"values, e.g. (0.5, 1.0, 1.25)")
@@ -299,7 +297,7 @@ def attention_comparison(target, x_BxTxD, *, seed=0, random_widths=None):
   DESIGN §2); below N they do not.
   """
   h, num_layers, d = target.num_heads, target.num_layers, target.width
-  n = bounds.random_threshold(h, num_layers, d)
+  n = bounds.random_threshold(h, num_layers, d, residual=target.residual)
   sparse_ut = sparse.make_sparse_ut(h, num_layers, d)
   program, _ = compile_lib.compile_sparse(sparse_ut, target)
   models = {"target": target_params(target),
