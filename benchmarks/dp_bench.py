@@ -59,7 +59,8 @@ from ut import train
 from ut.errors import UserError
 
 _DEVICES = flags.DEFINE_integer("devices", 2, "Host CPU devices to split the "
-                                "batch over (it must divide the batch).")
+                                "batch over (it must divide the batch).",
+                                lower_bound=1)
 _MICROBATCHES = flags.DEFINE_integer(
     "microbatches", None, "Parts of each device's share of the batch "
     "(default: `train.default_microbatches` of the share, as training).")
@@ -176,6 +177,8 @@ def main(argv):
       list(train_bench.CONFIGS) if _DP_PART.value in ("configs", "all") else [])
   results = []
   try:
+    if paths:
+      reports.check_folder(_OUT.value, "--out")
     reports.refuse_existing(paths, _OVERWRITE.value, flag="--overwrite")
     if devices < 1:
       raise UserError(f"--devices={devices} must be at least 1")

@@ -38,8 +38,10 @@ _XLA_FLAGS = flags.DEFINE_string(
     "--xla_cpu_experimental_ynn_fusion_type=-reduce.", required=True)
 _PART = flags.DEFINE_enum("part", "fixed", ["all", "fixed", "configs"],
                           "The train_bench part each process runs.")
-_ROUNDS = flags.DEFINE_integer("rounds", 3, "Process pairs (median reported).")
-_REPEATS = flags.DEFINE_integer("repeats", 5, "train_bench --repeats.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Process pairs (median reported).",
+                               lower_bound=1)
+_REPEATS = flags.DEFINE_integer("repeats", 5, "train_bench --repeats.",
+                                lower_bound=1)
 _OUT = flags.DEFINE_string("out", None, "Folder to save the report in.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False,
                                "Replace an existing report in --out.")
@@ -82,6 +84,8 @@ def main(argv):
   paths = [] if _OUT.value is None else [
       os.path.join(_OUT.value, f"flags_bench.{ext}") for ext in ("md", "json")]
   try:
+    if paths:
+      reports.check_folder(_OUT.value, "--out")
     reports.refuse_existing(paths, _OVERWRITE.value, flag="--overwrite")
     if _ROUNDS.value < 1:
       raise UserError(f"--rounds={_ROUNDS.value}; use 1 or more")

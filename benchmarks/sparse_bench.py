@@ -37,7 +37,8 @@ from ut.constructions import sparse
 
 _PART = flags.DEFINE_enum("part", "all", ["all", "ratio", "scale", "compile"],
                           "Which benchmark to run.")
-_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).")
+_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).",
+                                lower_bound=1)
 
 
 def median_seconds(fns, repeats):

@@ -62,12 +62,15 @@ FLOP counts of one step, two ways:
                           (the mean column)
                  trained  H [2*2BTMK + 2BTTK + 2BTMK (Z W_V) + 2BTTK (A V)
                              + 2BTKM (W_O)]
-                 sparse   H 2BTTd (Q K^T) + sum_j 2BTT F_j over the levels j >= 1
-                          that are routed: all of them with a residual; without
-                          one, the levels deeper than L - l + 1 are known zeros
-                          in layer l = 1..L and skipped (`sparse.route_levels`)
+                 sparse   H 2BTTd (Q K^T) + sum_j 2BTT W_j over the levels j >= 1,
+                          W_j the width level j holds: F_j with a residual;
+                          without one, layer l = 1..L moves level j+1 into
+                          level j, H^j d wide for the level that came from the
+                          leaves (state role only), and the levels deeper than
+                          L - l + 1 are known zeros and skipped
+                          (`sparse.route_levels`)
                  res_ln_mlp adds 2*2BTMF
-      unembedding 2BTMC (sparse attn: only level 0, F_0 wide, is left)
+      unembedding 2BTMC (sparse attn: only level 0, d wide, is left)
             Backward: a matmul needs the gradient of its activation input (E is
             trainable and lies below every layer, so every activation has one)
             and of its weight only where the weight trains. So a matmul with a
@@ -107,7 +110,8 @@ from ut.errors import UserError
 
 _PART = flags.DEFINE_enum("part", "all", ["all", "fixed", "configs", "microbatches"],
                           "Which measurements to run.")
-_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).")
+_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).",
+                                lower_bound=1)
 _MIN_BLOCK_S = flags.DEFINE_float(
     "min_block_s", 0.25, "Each timed repeat runs whole steps for at least this "
     "many seconds (small steps run several per repeat).")
@@ -188,6 +192,8 @@ def analytic_flops(spec, batch_size, num_tokens):
   once = 2 * b * t * spec.vocab_size * m  # Backward 1x forward (embedding).
   twice = 0.0                             # Backward 2x forward.
   out_width = m
+  if spec.kind == "sparse":  # What each level holds (None: known zero).
+    held = [s.stop - s.start for s in sparse.level_slices(spec.sparse_ut)]
   for layer in range(num_layers):
     if spec.kind == "random":
       once += h * 2 * 2 * b * t * m * k
@@ -201,13 +207,12 @@ def analytic_flops(spec, batch_size, num_tokens):
     elif spec.kind == "trained":
       twice += h * (2 * 2 * b * t * m * k + 2 * b * t * t * k + 2 * b * t * m * k
                     + 2 * b * t * t * k + 2 * b * t * k * m)
-    else:  # sparse
-      widths = [s.stop - s.start for s in sparse.level_slices(spec.sparse_ut)]
-      deepest = num_layers if spec.residual else num_layers - layer
+    else:  # sparse: levels 1.. route what they hold (`sparse.route_levels`)
       twice += (h * 2 * b * t * t * spec.width
-                + sum(2 * b * t * t * f for f in widths[1:deepest + 1]))
-      if not spec.residual:
-        out_width = sum(widths[:num_layers - layer])
+                + sum(2 * b * t * t * f for f in held[1:] if f))
+      if not spec.residual:  # Level j gets level j+1's strings, 1/H as many;
+        held = [f and f // h for f in held[1:]] + [None]  # the leaves none.
+        out_width = sum(f for f in held if f)
     if spec.variant == "res_ln_mlp":
       mlp = 2 * 2 * b * t * m * spec.mlp_hidden_width
       if spec.kind == "trained":
@@ -318,6 +323,8 @@ def main(argv):
   paths = [] if out is None else [os.path.join(out, f"train_bench.{ext}")
                                   for ext in ("md", "json")]
   try:
+    if paths:
+      reports.check_folder(out, "--out")
     reports.refuse_existing(paths, _OVERWRITE.value, flag="--overwrite")
   except UserError as e:
     sys.exit(f"error: {e}")
@@ -368,9 +375,12 @@ def main(argv):
   if part == "microbatches":
     say()
     for default, whole in zip(results[::2], results[1::2]):
-      say(f"  {default.name}: default microbatches run "
-          f"{default.steps_per_s / whole.steps_per_s:.2f}x the steps/s of "
-          "the whole batch")
+      # Each against the roofline measured beside it: the two are timed one
+      # after the other, and the machine's speed drifts in between.
+      ratio = ((default.steps_per_s / default.roofline)
+               / (whole.steps_per_s / whole.roofline))
+      say(f"  {default.name}: default microbatches run {ratio:.2f}x the steps/s "
+          "of the whole batch (each over its own roofline)")
   say(f"  total {time.perf_counter() - start:.0f}s")
   if out is not None:
     os.makedirs(out, exist_ok=True)

@@ -37,8 +37,10 @@ import time
 from absl import app
 from absl import flags
 
-_WORKERS = flags.DEFINE_integer("workers", 2, "Processes run together.")
-_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed blocks (median reported).")
+_WORKERS = flags.DEFINE_integer("workers", 2, "Processes run together.",
+                                lower_bound=1)
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed blocks (median reported).",
+                                lower_bound=1)
 _BLOCK_S = flags.DEFINE_float("block_s", 1.0, "Least seconds per timed block.")
 _CASES = flags.DEFINE_list("cases", None, "Case names (default: all).")
 _PAIRS = flags.DEFINE_list(

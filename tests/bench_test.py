@@ -3,13 +3,20 @@ XLA-flags comparison built on it (`flags_bench`), and the data-parallel step
 (`dp_bench`)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 
 from absl.testing import absltest
+import jax
+import jax.extend.core
 
+from configs import dyck as dyck_config
 from tests import cli_helpers
+from ut import data as data_lib
+from ut import models
+from ut import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,6 +76,50 @@ class TrainBenchTest(absltest.TestCase):
         self, proc, r"train_bench.md already exists; pass --overwrite")
     self.assertEqual(os.path.getmtime(os.path.join(out, "train_bench.json")),
                      before)
+
+
+  def test_sparse_attn_forward_flops_match_its_matmuls(self):
+    # Without a residual, the level routed from the leaves holds only their
+    # state role: counted from the jaxpr's dot_generals, not from the formula.
+    config = dyck_config.get_config("model=sparse,variant=attn")
+    task = data_lib.make_task(config)
+    spec = train.model_spec(config, task.info)
+    params = models.init(jax.random.PRNGKey(0), spec)
+    batch = train.train_batch(config, task, 0)
+    jaxpr = jax.make_jaxpr(lambda p: train.loss_and_metrics(p, spec, batch))(params)
+
+    def dot_flops(jaxpr):
+      total = 0
+      for e in jaxpr.eqns:
+        if e.primitive.name == "dot_general":
+          (contract, _), _ = e.params["dimension_numbers"]
+          lhs = e.invars[0].aval.shape
+          total += 2 * math.prod(e.outvars[0].aval.shape) * math.prod(
+              lhs[i] for i in contract)
+        total += sum(dot_flops(s) for s in jax.extend.core.jaxprs_in_params(e.params))
+      return total
+
+    b, t = batch["tokens"].shape
+    # In its own process: train_bench's flags clash with flags_bench's here.
+    proc = subprocess.run(
+        [sys.executable, "-c", "from benchmarks import train_bench; from "
+         "configs import dyck; from ut import data, train; c = dyck.get_config("
+         "'model=sparse,variant=attn'); s = train.model_spec(c, data.make_task("
+         f"c).info); print(train_bench.analytic_flops(s, {b}, {t})[0])"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
+    self.assertEqual(float(proc.stdout), dot_flops(jaxpr.jaxpr))
+
+  def test_bad_flags_are_errors_before_any_timing(self):
+    tmp = self.create_tempdir().full_path
+    with open(os.path.join(tmp, "afile"), "w") as f:
+      f.write("kept")
+    cli_helpers.assert_one_line_error(
+        self, run_bench(os.path.join(tmp, "afile")), r"--out=.*afile is a file")
+    proc = run_bench(tmp, "--repeats=0")
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertNotIn("Traceback", proc.stderr)
+    self.assertIn("--repeats=0", proc.stderr)
+    self.assertEqual(sorted(os.listdir(tmp)), ["afile"])
 
 
 class FlagsBenchTest(absltest.TestCase):

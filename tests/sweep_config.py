@@ -2,8 +2,9 @@
 with the argument `sparse`, 3 seeds of the sparse UT with res_ln_mlp; with
 `kinds`, 2 seeds of each model kind (3 shape groups); with `diverges`, a run
 whose loss becomes NaN, a healthy one, and a diverging target with its
-compiled-UT run; with `diverges_in_group`, the same two runs in one shape group; with `long`, 2 runs of a million
-steps (for killing a sweep while it trains)."""
+compiled-UT run; with `diverges_in_group`, a diverging and a healthy run in one
+shape group; with `long`, 2 runs of a million steps (for killing a sweep while
+it trains)."""
 
 from configs import dyck
 

@@ -440,12 +440,14 @@ class CommandLineTest(parameterized.TestCase):
     self.assert_one_line_error(proc, pattern)
     self.assertFalse(os.path.exists(workdir))
 
-  def test_workdir_that_is_a_file_is_one_line_error(self):
+  def test_workdir_that_cannot_be_a_folder_is_one_line_error(self):
     path = os.path.join(self.create_tempdir().full_path, "afile")
     with open(path, "w") as f:
       f.write("keep me")
-    proc = run_train(path)
-    self.assert_one_line_error(proc, r"--workdir=.*afile is a file; use a folder")
+    for workdir, pattern in ((path, r"--workdir=.*afile is a file; use a folder"),
+                             (path + "/run", r"afile is a file, not a folder"),
+                             ("", r"--workdir is empty")):
+      self.assert_one_line_error(run_train(workdir), pattern)
     with open(path) as f:
       self.assertEqual(f.read(), "keep me")
 

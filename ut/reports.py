@@ -53,6 +53,25 @@ def refuse_existing(paths, overwrite, flag="--config.overwrite=True"):
                     f"or choose another path")
 
 
+def _file_above(path):
+  """The nearest existing ancestor of `path` if it is a file (so nothing can be
+  made at `path`), else None."""
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  return None if os.path.isdir(parent) else parent
+
+
+def check_folder(path, flag):
+  """Raises UserError unless `path` is a folder or can be made one."""
+  if not path:
+    raise UserError(f"{flag} is empty; name a folder")
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise UserError(f"{flag}={path} is a file; use a folder")
+  if above := _file_above(path):
+    raise UserError(f"{flag}={path}: {above} is a file, not a folder")
+
+
 def check_output(path, overwrite, flag, inputs=()):
   """Raises UserError unless `path` can take a new file: it is not a folder,
   not one of `inputs`, no ancestor is a file, and it is new or `overwrite`."""
@@ -61,11 +80,8 @@ def check_output(path, overwrite, flag, inputs=()):
   if any(os.path.exists(i) and os.path.samefile(i, path) for i in inputs
          if os.path.exists(path)):
     raise UserError(f"{path} is also an input; choose another output path")
-  parent = os.path.dirname(os.path.abspath(path))
-  while not os.path.exists(parent):
-    parent = os.path.dirname(parent)
-  if not os.path.isdir(parent):
-    raise UserError(f"{parent} is a file, so {path} cannot be written under it")
+  if above := _file_above(path):
+    raise UserError(f"{above} is a file, so {path} cannot be written under it")
   refuse_existing([path], overwrite, flag=flag)
 
 

@@ -497,9 +497,7 @@ def train_and_evaluate(config, workdir):
   spec = model_spec(config, task.info)  # Validate before claiming the workdir.
   check_schedule(config)
   check_data_parallel(config)
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise UserError(f"--workdir={workdir} is a file; use a folder (new or a "
-                    f"run's, to resume)")
+  reports.check_folder(workdir, "--workdir")
   os.makedirs(workdir, exist_ok=True)
   _check_workdir_config(config, workdir)
   state, tx, schedule = init_state(config, spec)
