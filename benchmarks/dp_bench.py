@@ -151,7 +151,8 @@ def bench_case(case, devices, microbatches, small=False):
   _, flops = train_bench.analytic_flops(spec, b, t)
   roof = {k: 2.0 * n**3 / med[k] for k in ("dot", "dot_split")}
   return dict(
-      name=case.name, flops=flops, rooflines=roof,
+      name=case.name + (" (--small: m32 k8 n16)" if small else ""), flops=flops,
+      rooflines=roof,
       shape=f"{spec.kind}/{spec.variant} M={spec.model_width} T={t} B={b}",
       checks={k: dict(zip(("loss", "grad_norm", "params"), v))
               for k, v in checks.items()},

@@ -116,7 +116,7 @@ _MIN_BLOCK_S = flags.DEFINE_float(
     "min_block_s", 0.25, "Each timed repeat runs whole steps for at least this "
     "many seconds (small steps run several per repeat).")
 _OUT = flags.DEFINE_string(
-    "out", None, "Folder to save the report in (train_bench.md and .json).")
+    "out", None, "Folder to save the report in (<benchmark>.md and .json).")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False,
                                "Replace an existing report in --out.")
 _MALLOPT = flags.DEFINE_bool(

@@ -20,6 +20,8 @@ def parse_grid(arg, **extra):
                                     **extra))
   for key in ("kinds", "variants"):
     args[key] = args[key].split("+")
+  if args["seeds"] < 1:
+    raise common.UserError(f"seeds={args['seeds']}; use 1 or more")
   return args
 
 

@@ -20,20 +20,33 @@ class _QuietLibraries(py_logging.Filter):
 
 
 def _parse_flags(argv):
-  """absl's flag parsing, except that a UserError raised inside a flag (a config
-  file's get_config) prints one line instead of FATAL and a traceback."""
+  """absl's flag parsing, except that a bad flag prints one `error:` line (the
+  innermost UserError of a config file's get_config if there is one) and exits
+  with 2, instead of FATAL or a traceback; so does a stray argument (an absl
+  program takes flags only)."""
   try:
-    return flags.FLAGS(argv)
+    argv = flags.FLAGS(argv)
   except flags.Error as e:
     user, cause = None, e
     while cause is not None:
       if isinstance(cause, UserError):
         user = cause
       cause = cause.__cause__ or cause.__context__
-    if user is None:
-      return app.parse_flags_with_usage(argv)
-    print(f"error: {user}", file=sys.stderr)
+    print(f"error: {user or e}", file=sys.stderr)
     sys.exit(2)
+  except (AttributeError, KeyError) as e:  # --config.<field> that is not one.
+    detail = e
+    while isinstance(detail, BaseException) and detail.args:
+      detail = detail.args[0]  # ml_collections nests the KeyError's text.
+    detail = str(detail).replace("\n", "; ")
+    print(f"error: no such config field: {detail}", file=sys.stderr)
+    sys.exit(2)
+  if len(argv) > 1:
+    print(f"error: unexpected argument(s) {' '.join(argv[1:])}; flags start "
+          "with --, and config arguments follow a colon: "
+          "--config=configs/dyck.py:model=sparse,smoke", file=sys.stderr)
+    sys.exit(2)
+  return argv
 
 
 def tune_malloc():

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 from absl import flags
 import jax
@@ -73,8 +74,13 @@ def run_workers(count):
   try:
     for i in range(count):
       argv, cpus = sweep.worker_command(sys.argv, i, count, claims)
-      procs.append(subprocess.Popen(argv, preexec_fn=functools.partial(
-          _worker_preexec, cpus, os.getpid())))
+      with warnings.catch_warnings():
+        # JAX warns that forking its threads may deadlock; the child runs only
+        # `_worker_preexec` and then execs a new Python, so it cannot.
+        warnings.filterwarnings("ignore", r"os\.fork\(\) was called",
+                                RuntimeWarning)
+        procs.append(subprocess.Popen(argv, preexec_fn=functools.partial(
+            _worker_preexec, cpus, os.getpid())))
     codes = [p.wait() for p in procs]
   finally:
     for p in procs:

@@ -160,6 +160,7 @@ class SweepTest(absltest.TestCase):
     self.assertLen(claimed, 6)
     self.assertLen(set(claimed), 6)  # Each run trained once.
     self.assertFalse(os.path.exists(os.path.join(tmp, "claims")))
+    self.assertNotIn("os.fork() was called", proc.stderr)  # Harmless here.
     self.assertNotEmpty(os.listdir(os.path.join(tmp, "jax_cache")))
     with open(os.path.join(tmp, "table.json")) as f:
       table = json.load(f)
@@ -367,6 +368,9 @@ class SweepTest(absltest.TestCase):
                             r"integer >= 1")):
       with self.assertRaisesRegex(UserError, pattern):
         sweep.collect_runs(module(overrides))
+    table = sweep.load_config_module(os.path.join(ROOT, "configs", "khop_table.py"))
+    with self.assertRaisesRegex(UserError, r"seeds=0; use 1 or more"):
+      sweep.collect_runs(table, "smoke,seeds=0")
 
   def test_workers_must_be_positive(self):
     proc = run_sweep_cli(self.create_tempdir().full_path, 1, "kinds",

@@ -433,6 +433,12 @@ class CommandLineTest(parameterized.TestCase):
       ("steps", "--config.train.steps=0", r"config.train.steps=0; use an integer >= 1"),
       ("ut_seed", "--config.model.ut_seed=-1",
        r"model.ut_seed=-1 must be a non-negative integer"),
+      ("lr", "--config.train.lr=-0.01", r"config.train.lr=-0.01; use a positive"),
+      ("lr_text", "--config.train.lr=fast",
+       r"flag --config.train.lr=fast: could not convert string to float"),
+      ("misspelt_field", "--config.train.step=10",
+       r"no such config field: 'step'; Did you mean \"steps\""),
+      ("positional", "model=sparse", r"unexpected argument\(s\) model=sparse; "),
   )
   def test_bad_config_value_is_one_line_error(self, override, pattern):
     workdir = os.path.join(self.create_tempdir().full_path, "run")

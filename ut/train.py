@@ -230,12 +230,15 @@ _AT_LEAST = {"train.steps": 1, "train.batch_size": 1, "train.log_every": 1,
 
 
 def check_schedule(config):
-  """A UserError naming the first step or size field that cannot work."""
+  """A UserError naming the first step, size or lr field that cannot work."""
   for dotted, least in _AT_LEAST.items():
     section, field = dotted.split(".")
     value = config[section][field]
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
       raise UserError(f"config.{dotted}={value!r}; use an integer >= {least}")
+  lr = config.train.lr
+  if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < np.inf:
+    raise UserError(f"config.train.lr={lr!r}; use a positive number, e.g. 1e-3")
 
 
 def check_data_parallel(config):
