@@ -82,6 +82,12 @@ def base_config(kind, variant, seed):
   return config
 
 
+def given(arg):
+  """The keys an argument string sets: given('k=2,smoke') == {'k', 'smoke'}."""
+  return {item.partition("=")[0].strip()
+          for item in filter(None, (arg or "").split(","))}
+
+
 def smoke(config):
   """Shrinks a config to seconds: for tests and CI."""
   config.train.steps = 4

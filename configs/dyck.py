@@ -37,5 +37,6 @@ def get_config(arg=None):
   config.model.embed_scale = args["embed_scale"]
   if args["smoke"]:
     common.smoke(config)
-    config.data.max_len = 8
+    if "max_len" not in common.given(arg):  # An explicit max_len is kept.
+      config.data.max_len = 8
   return config

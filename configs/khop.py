@@ -67,5 +67,6 @@ def get_config(arg=None):
     config.model.mlp_width = config.model.get_ref("width")
   if args["smoke"]:
     common.smoke(config)
-    config.data.length = 8
+    if "length" not in common.given(arg):  # An explicit length is kept.
+      config.data.length = 8
   return config

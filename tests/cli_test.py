@@ -149,6 +149,14 @@ class BadInputTest(parameterized.TestCase):
         r"seed=-1 must be a non-negative integer")
     self.assertFalse(os.path.exists(f"{self.tmp}/Y.npy"))
 
+  @parameterized.parameters(
+      (("--config.ut=random", "--config.m=0"), r"m=0 must be a positive integer"),
+      (("--config.ut=random", "--config.k_u=0"), r"k_u=0 is smaller than"),
+      (("--config.ut=sparse", "--config.m=100"), r"sparse UT's width is fixed"))
+  def test_width_zero_or_for_the_sparse_ut(self, flags, pattern):
+    self.assert_one_line_error(self.run_bad("T.npz", "X.npy", *flags), pattern)
+    self.assertFalse(os.path.exists(f"{self.tmp}/Y.npy"))
+
   def test_k_u_below_d(self):
     self.assert_one_line_error(
         self.run_bad("T.npz", "X.npy", "--config.ut=random", "--config.k_u=3"),

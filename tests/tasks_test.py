@@ -328,9 +328,10 @@ class MakeTaskTest(parameterized.TestCase):
       (khop_config, 'length=1', r'length=1 is too short'))
   def test_settings_that_cannot_work_are_user_errors(self, module, arg, pattern):
     # A UserError (one line from the CLIs), raised before a workdir is made.
-    config = module.get_config(arg)
-    with self.assertRaisesRegex(UserError, r'config.data of task \w+: ' + pattern):
-      data_lib.make_task(config)
+    for smoke in ('', ',smoke'):  # smoke keeps an explicit length.
+      config = module.get_config(arg + smoke)
+      with self.assertRaisesRegex(UserError, r'config.data of task \w+: ' + pattern):
+        data_lib.make_task(config)
 
 
 class DyckBaselineTest(absltest.TestCase):

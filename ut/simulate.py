@@ -105,14 +105,15 @@ def _build_sparse(target, *, seed, m, k_u, shared):
 
 def _build_random(target, *, seed, m, k_u, shared):
   d = target.width
-  k_u = k_u or d
+  k_u = d if k_u is None else k_u
   if k_u < d:
     raise UserError(f"k_u={k_u} is smaller than the target width d={d}; use "
                     f"--config.k_u={d} or larger")
   n = bounds.random_threshold(target.num_heads, target.num_layers, d, k_u, d,
                               residual=target.residual,
                               shared=shared and target.residual)
-  ut = gaussian.make_gaussian_ut(target.num_heads, target.num_layers, m or n,
+  ut = gaussian.make_gaussian_ut(target.num_heads, target.num_layers,
+                                 n if m is None else m,
                                  k_u, seed, out_width=d, shared=shared)
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -133,6 +134,9 @@ def build(target, construction, *, seed=0, m=None, k_u=None, shared=False):
   if construction not in CONSTRUCTIONS:
     raise UserError(f"unknown construction ut={construction!r}; use one of "
                     f"{sorted(CONSTRUCTIONS)}")
+  if construction == "sparse" and (m is not None or k_u is not None):
+    raise UserError("the sparse UT's width is fixed by (H, L, d); drop "
+                    "--config.m and --config.k_u, or use --config.ut=random")
   return CONSTRUCTIONS[construction](target, seed=seed, m=m, k_u=k_u,
                                      shared=shared)
 
