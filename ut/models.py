@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ut import bounds
+from ut import targets
 from ut import transformer
 from ut.constructions import gaussian
 from ut.constructions import sparse
@@ -75,10 +76,7 @@ class ModelSpec:
         or not 0 < self.embed_scale < np.inf):
       raise UserError(f"model.embed_scale={self.embed_scale!r} must be a "
                       "positive number (the std of E's initial entries, e.g. 1.0)")
-    if (not isinstance(self.ut_seed, (int, np.integer))
-        or isinstance(self.ut_seed, bool) or self.ut_seed < 0):
-      raise UserError(f"model.ut_seed={self.ut_seed!r} must be a non-negative "
-                      "integer (the seed of the frozen weights, e.g. 0)")
+    targets.check_seed(self.ut_seed, "model.ut_seed")
     if (not isinstance(self.mlp_width, (int, np.integer))
         or isinstance(self.mlp_width, bool) or self.mlp_width < 0):
       raise UserError(f"model.mlp_width={self.mlp_width!r} must be a positive "

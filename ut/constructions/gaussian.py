@@ -10,18 +10,14 @@ its class almost surely; `compile.compile_random` finds E by least squares.
 
 import numpy as np
 
-from ut.errors import UserError
+from ut import targets
 
 
 def make_gaussian_ut(num_heads, num_layers, m, head_width, seed, *,
                      out_width=None, shared=False, dtype=np.float64):
   """Returns dict(wq, wk, wv, unembed) for `transformer.forward`."""
-  for name, v in (("H", num_heads), ("L", num_layers), ("m", m),
-                  ("k_u", head_width)):
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-      raise UserError(f"{name}={v!r} must be a positive integer")
-  if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-    raise UserError(f"seed={seed!r} must be a non-negative integer, e.g. seed=0")
+  targets.check_positive(H=num_heads, L=num_layers, m=m, k_u=head_width)
+  targets.check_seed(seed)
   out_width = head_width if out_width is None else out_width
   rng = np.random.default_rng(seed)
   lp = 1 if shared else num_layers
