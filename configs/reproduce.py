@@ -58,7 +58,8 @@ def get_config(arg="full"):
       _step("dyck", "launch.sweep", "configs/dyck_table.py" + grid +
             (",mixes=za" if quick else ""), None, ["--workers={workers}"]),
       _step("dyck_baseline", "launch.dyck_baseline", None,
-            "counting_baseline.json", workdir="dyck"),
+            "counting_baseline.json", ["--seeds=1"] if quick else [],
+            workdir="dyck"),
       # The cells the training issue's targets name run first (same folder:
       # the full grid below skips them).
       _step("khop_res_ln", "launch.sweep", "configs/khop_table.py" + grid +

@@ -82,7 +82,7 @@ class SweepTest(absltest.TestCase):
     # model.ut_seed may differ within a group: each run has its own frozen UT.
     configs = []
     for ut_seed in (0, 1):
-      config = sweep_config.get_config("model=random,variant=res_ln_mlp,smoke")
+      config = sweep_config.get_config("model=random,smoke")
       config.model.ut_seed = ut_seed
       configs.append(config)
     self.assertEqual(sweep.group_key(configs[0]), sweep.group_key(configs[1]))
