@@ -53,9 +53,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import train_bench
-from ut import data as data_lib
-from ut import reports
-from ut import train
+from ut.training import data as data_lib
+from ut.io import reports
+from ut.training import train
 from ut.errors import UserError
 
 _DEVICES = flags.DEFINE_integer("devices", 2, "Host CPU devices to split the "

@@ -29,7 +29,7 @@ import time
 from absl import app
 from absl import flags
 
-from ut import reports
+from ut.io import reports
 from ut.errors import UserError
 
 _XLA_FLAGS = flags.DEFINE_string(

@@ -27,13 +27,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ut import bounds
-from ut import compile as compile_lib
-from ut import simulate
-from ut import targets as targets_lib
-from ut import transformer
-from ut.constructions import gaussian
-from ut.constructions import sparse
+from ut.core import bounds
+from ut.core import compile as compile_lib
+from ut.core import simulate
+from ut.core import targets as targets_lib
+from ut.core import transformer
+from ut.core.constructions import gaussian
+from ut.core.constructions import sparse
 
 _PART = flags.DEFINE_enum("part", "all", ["all", "ratio", "scale", "compile"],
                           "Which benchmark to run.")

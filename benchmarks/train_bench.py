@@ -16,7 +16,7 @@ roofline  `jnp.dot` of two 2048 x 2048 float32 matrices, jitted: 2 * 2048^3 FLOP
           every measurement (before each timed repeat, after an untimed dot: a
           step can leave the allocator cold), so that a step and the roofline it
           is divided by see the same load from other processes.
-fixed     `ut.train.train_step`, jitted as in `train_and_evaluate` (donate_argnums=0,
+fixed     `ut.training.train.train_step`, jitted as in `train_and_evaluate` (donate_argnums=0,
           the optimizer of `make_optimizer`, `default_microbatches`: 16 of
           1024 tokens here; each case's count is printed under the table), for
           the size the issue fixes: a random UT, attention only, m=256, H=2,
@@ -46,7 +46,7 @@ FLOP counts of one step, two ways:
   xla       `jax.jit(step).lower(...).compile().cost_analysis()['flops']`: what
             the compiled step computes, elementwise ops and unneeded work included
             (of the step with microbatches=1: XLA counts a loop body once).
-  analytic  the matmul FLOPs of the model as `ut.models` computes it (a
+  analytic  the matmul FLOPs of the model as `ut.training.models` computes it (a
             multiply-add is 2 FLOPs). B batch, T tokens, M model width, H heads,
             L layers, K head width (k_u for a random UT), d virtual target width
             and F_j level widths (sparse), V vocabulary, C classes,
@@ -101,11 +101,11 @@ import jax
 
 from configs import dyck as dyck_config
 from configs import khop as khop_config
-from ut import data as data_lib
-from ut import reports
-from ut import roofline as roofline_lib
-from ut import train
-from ut.constructions import sparse
+from ut.training import data as data_lib
+from ut.io import reports
+from ut.io import roofline as roofline_lib
+from ut.training import train
+from ut.core.constructions import sparse
 from ut.errors import UserError
 
 _PART = flags.DEFINE_enum("part", "all", ["all", "fixed", "configs", "microbatches"],

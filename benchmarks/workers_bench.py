@@ -11,7 +11,7 @@ alone     one process on all the CPUs (XLA runs independent ops of a step on
           several of them);
 unpinned  --workers such processes at once, each free to use every CPU;
 pinned    --workers such processes at once, each pinned to its share of the
-          CPUs (`ut.sweep.worker_cpus`), as `launch.sweep --workers` starts them.
+          CPUs (`ut.experiments.sweep.worker_cpus`), as `launch.sweep --workers` starts them.
 
 --pairs=A:B instead times two cases as two pinned workers (`worker_cpus` of
 2): each alone on its share, beside its twin, and beside the other case. The

@@ -66,16 +66,16 @@ def base_config(kind, variant, seed):
   config.model.update(MODEL_DEFAULTS[kind])
   # '' trains the model; 'sparse' or 'random' (a trained attn model only):
   # compile the trained model into that fixed UT and report the UT, with no
-  # gradient step on it (ut/compiled.py; used for the tables' compiled rows).
+  # gradient step on it (ut/training/trained_to_ut.py; used for the tables' compiled rows).
   config.compiled = ""
   config.train = ml_collections.ConfigDict(dict(
       steps=2000, batch_size=128, lr=LEARNING_RATES[kind], warmup_steps=100,
       final_lr_frac=0.01, weight_decay=0.0, grad_clip=1.0, log_every=100,
       checkpoint_every=500,
-      # Split each batch over this process's devices (ut.train.make_step; on a
+      # Split each batch over this process's devices (ut.training.train.make_step; on a
       # CPU, launch.train --cpu_devices=N makes N of its cores devices).
       data_parallel=False,
-      # False: XLA CPU without its YNNPACK fusions (ut.train.compiler_options).
+      # False: XLA CPU without its YNNPACK fusions (ut.training.train.compiler_options).
       ynn_fusions=True))
   config.eval = ml_collections.ConfigDict(dict(num=2048, batch_size=512,
                                                every=500))

@@ -9,7 +9,7 @@ Expected: sparse_m = (2L+1)d for H = 1 and d[(H^{L+1}-1)/(H-1) + H(H^L-1)/(H-1)]
 for H >= 2; min_exact_m = N; float64 errors ~1e-14 (<= 1e-9); float32 relative
 errors ~1e-6 (sparse) and up to ~1e-4 (random at m = N, where cond(A) ~ 1e2-1e4).
 
-Bring your own target (.npz format in ut/targets.py), X of shape (B, n, d):
+Bring your own target (.npz format in ut/core/targets.py), X of shape (B, n, d):
 
   python -m launch.simulate --config=configs/simulate.py \
       --config.target=T.npz --config.inputs=X.npy --config.out=Y.npy \
@@ -19,7 +19,7 @@ Y = UT(X, E) (B, n, d_out) is computed by the UT alone; Y.json beside it has the
 errors against the target, m, N, the lower bound and the condition number.
 
 Choices of ours (the paper has no experiment of this kind): targets are drawn by
-`ut.targets.init` (Gaussian, variance 1/fan-in), inputs X ~ N(0, 1), n = 6 tokens,
+`ut.core.targets.init` (Gaussian, variance 1/fan-in), inputs X ~ N(0, 1), n = 6 tokens,
 causal attention, random UTs per-layer with k_u = d and m = N, seed 0.
 
 Config arguments: `smoke` (a 2-row grid for tests).

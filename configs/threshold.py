@@ -12,7 +12,7 @@ sharp at N = 2d(H + ... + H^L) + d H^L. The paper proves universality almost
 surely at m >= N and the lower bound m >= H^L / 2 (Theorem 4.1); the threshold
 curve itself goes beyond the paper.
 
-Choices of ours: targets from `ut.targets.init` (Gaussian, variance 1/fan-in),
+Choices of ours: targets from `ut.core.targets.init` (Gaussian, variance 1/fan-in),
 causal, inputs X ~ N(0, 1) with n = 6 tokens, per-layer Gaussian UTs with
 k_u = d, one UT (seed 0) per width shared by the targets of a point.
 

@@ -16,8 +16,8 @@ from absl import flags
 from absl import logging
 
 from launch import cli
-from ut import notebooks
-from ut import reports
+from ut.io import notebooks
+from ut.io import reports
 from ut.errors import UserError
 
 _OUT = flags.DEFINE_string("out", "results/colabs", "Folder for the executed notebooks.")

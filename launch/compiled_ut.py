@@ -4,8 +4,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from launch import cli
-from ut import compiled
-from ut import reports
+from ut.training import trained_to_ut as compiled
+from ut.io import reports
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.",
                                           lock_config=True)

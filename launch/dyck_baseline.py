@@ -7,7 +7,7 @@ counting_baseline.{json,md} (accuracy % per mix and seed, with provenance).
 
 seen_in_training: the share of held-out strings that also occur among the
 run's training strings (config.train.steps batches of the training stream, as
-`ut.train` draws them). Short Dyck strings are few (2055 balanced words up to
+`ut.training.train` draws them). Short Dyck strings are few (2055 balanced words up to
 length 16), so on Dyck most of the held-out set has been trained on.
 """
 
@@ -15,11 +15,11 @@ from absl import flags
 
 from configs import dyck as dyck_config
 from launch import cli
-from ut import data as data_lib
-from ut import reports
-from ut import train
+from ut.training import data as data_lib
+from ut.io import reports
+from ut.training import train
 from ut.errors import UserError
-from ut.tasks import dyck
+from ut.training.tasks import dyck
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder.")
 _SEEDS = flags.DEFINE_integer("seeds", 3, "Held-out sets of seeds 0..seeds-1.")

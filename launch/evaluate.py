@@ -4,13 +4,13 @@ r"""Evaluates a training workdir on a JSONL file made elsewhere.
 
 One JSON object per line: {"text": "(()())", "label": 1} for Dyck
 (1 = balanced), {"text": "abacab", "k": 2, "label": "_____b"} for k-hop.
-Prints the accuracy; the report holds more. See ut/evaluate.py.
+Prints the accuracy; the report holds more. See ut/training/evaluate.py.
 """
 
 from absl import flags
 
 from launch import cli
-from ut import evaluate
+from ut.training import evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training run folder.")
 _DATA = flags.DEFINE_string("data", None, "JSONL file, one example per line.")

@@ -3,13 +3,13 @@ r"""The prediction of a training workdir's model for one text.
   python -m launch.predict --workdir=/tmp/w --text="(()"
   python -m launch.predict --workdir=/tmp/k --text=abcabca --k=2
 
-Prints the prediction beside the task's ground truth. See ut/evaluate.py.
+Prints the prediction beside the task's ground truth. See ut/training/evaluate.py.
 """
 
 from absl import flags
 
 from launch import cli
-from ut import evaluate
+from ut.training import evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training run folder.")
 _TEXT = flags.DEFINE_string("text", None, "Dyck parentheses or k-hop letters.")

@@ -1,6 +1,6 @@
 """Regenerates every table and figure: see configs/reproduce.py.
 
-Before each step it times a 2048^2 float32 dot (`ut.roofline`) and records its
+Before each step it times a 2048^2 float32 dot (`ut.io.roofline`) and records its
 rate beside the step's wall time: the same 2-core CPU runs at very different
 speeds on different days, and a time means little without it.
 """
@@ -17,8 +17,8 @@ from absl import logging
 from ml_collections import config_flags
 
 from launch import cli
-from ut import reports
-from ut import roofline
+from ut.io import reports
+from ut.io import roofline
 from ut.errors import UserError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/reproduce.py:full",

@@ -5,8 +5,8 @@ import jax
 from ml_collections import config_flags
 
 from launch import cli
-from ut import reports
-from ut import simulate
+from ut.io import reports
+from ut.experiments import simulate_table
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/simulate.py",
                                           lock_config=True)
@@ -19,12 +19,12 @@ def main(argv):
   jax.config.update("jax_enable_x64", True)  # float64 checks; float32 is explicit.
   config = _CONFIG.value
   if config.target:
-    _, report = simulate.run_target_file(config)
+    _, report = simulate_table.run_target_file(config)
     print({k: v for k, v in report.items() if k != "provenance"})
     print(f"wrote {config.out} and its report beside it")
     return
   workdir = _WORKDIR.value or config.workdir
-  rows = simulate.run_table(config, workdir)
+  rows = simulate_table.run_table(config, workdir)
   print(reports.format_table(rows))
   print(f"wrote {workdir}/simulate_table.csv and .json")
 

@@ -23,9 +23,9 @@ from absl import flags
 import jax
 
 from launch import cli
-from ut import plots
-from ut import reports
-from ut import sweep
+from ut.io import plots
+from ut.io import reports
+from ut.experiments import sweep
 from ut.errors import UserError
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file with sweep(add).")

@@ -5,8 +5,8 @@ import jax
 from ml_collections import config_flags
 
 from launch import cli
-from ut import reports
-from ut import threshold
+from ut.io import reports
+from ut.experiments import threshold
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/threshold.py",
                                           lock_config=True)

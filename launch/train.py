@@ -2,7 +2,7 @@
 
 Data parallel on a multi-core CPU: --cpu_devices=N makes N JAX devices of the
 CPU's cores and sets config.train.data_parallel, so that each device takes
-1/N of every batch (ut.train.make_step; the same step up to the order of float
+1/N of every batch (ut.training.train.make_step; the same step up to the order of float
 additions; 1.17-1.76x the steps/s on 2 cores, results/bench/dp):
   python -m launch.train --config=configs/dyck.py --workdir=W --cpu_devices=2
 On several GPUs, --config.train.data_parallel=True alone.
@@ -15,7 +15,7 @@ import jax
 from ml_collections import config_flags
 
 from launch import cli
-from ut import train
+from ut.training import train
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config.",
                                           lock_config=True)

@@ -14,9 +14,9 @@ import jax.extend.core
 
 from configs import dyck as dyck_config
 from tests import cli_helpers
-from ut import data as data_lib
-from ut import models
-from ut import train
+from ut.training import data as data_lib
+from ut.training import models
+from ut.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

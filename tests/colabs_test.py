@@ -1,7 +1,7 @@
 """Every colabs/*.ipynb runs headless at the smoke profile (STYLE 14), and ut/plots.
 
 Each notebook's first code cell holds the `full` profile line; the test sets it
-to smoke and executes the notebook with `ut.notebooks` (nbclient, a kernel of
+to smoke and executes the notebook with `ut.io.notebooks` (nbclient, a kernel of
 this interpreter, the repository root as working directory). Smoke runs write
 only to temporary folders: the test checks that results/ is unchanged.
 """
@@ -18,10 +18,10 @@ import nbformat
 import numpy as np
 
 from tests import cli_helpers
-from ut import notebooks
-from ut import plots
-from ut import reports
-from ut import sweep
+from ut.io import notebooks
+from ut.io import plots
+from ut.io import reports
+from ut.experiments import sweep
 from ut.errors import UserError
 
 ROOT = notebooks.ROOT

@@ -10,9 +10,9 @@ import numpy as np
 
 from configs import compiled_ut as compiled_config
 from tests import reference
-from ut import compiled
-from ut import models
-from ut import train
+from ut.training import trained_to_ut as compiled
+from ut.training import models
+from ut.training import train
 
 
 class CompiledUTTest(parameterized.TestCase):

@@ -21,9 +21,9 @@ import numpy as np
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
-from ut import evaluate
-from ut import models
-from ut import train
+from ut.training import evaluate
+from ut.training import models
+from ut.training import train
 from ut.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

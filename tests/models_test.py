@@ -19,8 +19,8 @@ import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
-from ut import models
-from ut.constructions import sparse
+from ut.training import models
+from ut.core.constructions import sparse
 from ut.errors import UserError
 
 B, T = 3, 6

@@ -38,7 +38,7 @@ def target_forward(w, x, *, causal, residual):
 
 def random_target(rng, *, num_heads, num_layers, width, head_width=None,
                   value_width=None, out_width=None, looped=False):
-  """Gaussian weights drawn with numpy (independent of ut.targets.init)."""
+  """Gaussian weights drawn with numpy (independent of ut.core.targets.init)."""
   d = width
   k = head_width or d
   kv = value_width or d

@@ -5,7 +5,7 @@ import subprocess
 
 from absl.testing import absltest
 
-from ut import reports
+from ut.io import reports
 from ut.errors import UserError
 
 

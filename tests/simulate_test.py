@@ -10,13 +10,13 @@ import numpy as np
 
 from tests import reference
 from tests import test_cases
-from ut import bounds
-from ut import compile as compile_lib
-from ut import simulate
-from ut import targets as targets_lib
-from ut import transformer
-from ut.constructions import gaussian
-from ut.constructions import sparse
+from ut.core import bounds
+from ut.core import compile as compile_lib
+from ut.core import simulate
+from ut.core import targets as targets_lib
+from ut.core import transformer
+from ut.core.constructions import gaussian
+from ut.core.constructions import sparse
 from ut.errors import UserError
 
 F64_ATOL = 1e-9     # Issue: float64 max abs error <= 1e-9.

@@ -14,8 +14,8 @@ import numpy as np
 
 from tests import cli_helpers
 from tests import sweep_config
-from ut import sweep
-from ut import train
+from ut.experiments import sweep
+from ut.training import train
 from ut.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

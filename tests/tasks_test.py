@@ -1,4 +1,4 @@
-"""Tests for ut.tasks: Dyck-1 and k-hop generators against brute-force references.
+"""Tests for ut.training.tasks: Dyck-1 and k-hop generators against brute-force references.
 
 The references below are written here, independently of the modules, straight
 from the definitions. Measured numbers (balanced share, counting baseline,
@@ -19,11 +19,11 @@ import numpy as np
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
-from ut import data as data_lib
+from ut.training import data as data_lib
 from ut.errors import UserError
-from ut.tasks import dyck
-from ut.tasks import khop
-from ut.tasks import TASKS
+from ut.training.tasks import dyck
+from ut.training.tasks import khop
+from ut.training.tasks import GENERATORS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -315,8 +315,8 @@ class KHopTest(parameterized.TestCase):
 class RegistryTest(absltest.TestCase):
 
   def test_tasks_registry(self):
-    self.assertIs(TASKS['dyck'], dyck)
-    self.assertIs(TASKS['khop'], khop)
+    self.assertIs(GENERATORS['dyck'], dyck)
+    self.assertIs(GENERATORS['khop'], khop)
 
 
 class MakeTaskTest(parameterized.TestCase):

@@ -17,12 +17,12 @@ import numpy as np
 
 from configs import threshold as threshold_config
 from tests import cli_helpers
-from ut import bounds
-from ut import compile as compile_lib
-from ut import targets as targets_lib
-from ut import threshold
-from ut.constructions import gaussian
-from ut.constructions import sparse
+from ut.core import bounds
+from ut.core import compile as compile_lib
+from ut.core import targets as targets_lib
+from ut.experiments import threshold
+from ut.core.constructions import gaussian
+from ut.core.constructions import sparse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXACT = 1e-6     # Issue: float64 relative error at m >= N.

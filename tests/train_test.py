@@ -27,9 +27,9 @@ import numpy as np
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
-from ut import data as data_lib
-from ut import models
-from ut import train
+from ut.training import data as data_lib
+from ut.training import models
+from ut.training import train
 from ut.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -312,8 +312,8 @@ class TrainAndEvaluateTest(parameterized.TestCase):
       return real(*args)
 
     with mock.patch.object(train, "loss_and_metrics", counting):
-      first = train.evaluate(params, spec, held_out)
-      second = train.evaluate(params, spec, held_out)
+      first = train.held_out_metrics(params, spec, held_out)
+      second = train.held_out_metrics(params, spec, held_out)
     self.assertEqual(first, second)
     self.assertLen(traces, 1)  # One trace for all batches of both calls.
 

@@ -19,13 +19,13 @@ from absl import logging
 import jax
 import numpy as np
 
-from ut import bounds
-from ut import compile as compile_lib
-from ut import models
-from ut import reports
-from ut import targets as targets_lib
-from ut import train
-from ut.constructions import gaussian
+from ut.core import bounds
+from ut.core import compile as compile_lib
+from ut.training import models
+from ut.io import reports
+from ut.core import targets as targets_lib
+from ut.training import train
+from ut.core.constructions import gaussian
 from ut.errors import UserError
 
 

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ut import transformer
+from ut.core import transformer
 from ut.errors import UserError
 
 REQUIRED_KEYS = ("wq", "wk", "wv", "wo")

@@ -39,10 +39,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from ut import compiled
-from ut import data as data_lib
-from ut import reports
-from ut import train
+from ut.training import trained_to_ut as compiled
+from ut.training import data as data_lib
+from ut.io import reports
+from ut.training import train
 from ut.errors import UserError
 
 BATCHED_KEYS = ("seed", "train.lr", "model.ut_seed")
@@ -176,7 +176,7 @@ def train_group(configs, *, log_every=None):
                           task=config.task, kind=spec.kind, variant=spec.variant))
       continue
     p = jax.tree.map(lambda a, i=i: a[i], params)
-    ev = train.evaluate(p, spec, train.eval_batches(config, task))
+    ev = train.held_out_metrics(p, spec, train.eval_batches(config, task))
     results.append(dict(step=steps, eval_accuracy=ev["accuracy"],
                         eval_loss=ev["loss"], final_train_loss=float(last_loss[i]),
                         param_checksum=train.param_checksum(p), task=config.task,

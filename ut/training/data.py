@@ -14,8 +14,8 @@ import dataclasses
 import numpy as np
 
 from ut.errors import UserError
-from ut.tasks import dyck
-from ut.tasks import khop
+from ut.training.tasks import dyck
+from ut.training.tasks import khop
 
 
 def stream_seed(*entropy):
@@ -31,7 +31,7 @@ class TaskInfo:
 
 
 class Dyck:
-  """Dyck-1 with a '?' query at the last position (ut/tasks/dyck.py)."""
+  """Dyck-1 with a '?' query at the last position (ut/training/tasks/dyck.py)."""
 
   def __init__(self, cfg):
     if cfg.mix not in dyck.MIXES:
@@ -75,7 +75,7 @@ class Dyck:
 
 
 class KHop:
-  """k-hop induction heads (ut/tasks/khop.py): fixed k, or a range with a hop token."""
+  """k-hop induction heads (ut/training/tasks/khop.py): fixed k, or a range with a hop token."""
 
   def __init__(self, cfg):
     self.cfg = cfg

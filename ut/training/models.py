@@ -30,11 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ut import bounds
-from ut import targets
-from ut import transformer
-from ut.constructions import gaussian
-from ut.constructions import sparse
+from ut.core import bounds
+from ut.core import targets
+from ut.core import transformer
+from ut.core.constructions import gaussian
+from ut.core.constructions import sparse
 from ut.errors import UserError
 
 KINDS = ("sparse", "random", "trained")

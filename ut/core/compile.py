@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ut import bounds
-from ut import targets as targets_lib
-from ut.constructions import gaussian
-from ut.constructions import sparse
+from ut.core import bounds
+from ut.core import targets as targets_lib
+from ut.core.constructions import gaussian
+from ut.core.constructions import sparse
 from ut.errors import UserError
 
 

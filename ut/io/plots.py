@@ -1,8 +1,8 @@
 """Result tables for the colabs: load, set beside the paper's numbers, plot.
 
-Rows are those of a sweep's table.json (ut/sweep.py: task, kind, variant, data
+Rows are those of a sweep's table.json (ut/experiments/sweep.py: task, kind, variant, data
 as a JSON string, seeds, accuracy_mean, accuracy_std in [0, 1], runs) or of
-compiled_ut.json (ut/compiled.py). Plotting functions return a matplotlib
+compiled_ut.json (ut/training/trained_to_ut.py). Plotting functions return a matplotlib
 Figure made without pyplot (no backend, no global state): a notebook saves it
 with fig.savefig(path) and shows the PNG (IPython.display.Image).
 
@@ -20,8 +20,8 @@ import re
 from matplotlib import figure
 import numpy as np
 
-from ut import reports
-from ut import sweep
+from ut.io import reports
+from ut.experiments import sweep
 
 
 def finished_rows(config_path, workdir):

@@ -16,7 +16,7 @@ import tempfile
 
 from ut.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KERNEL = "ut-notebooks"
 PROFILES = ("smoke", "full")
 

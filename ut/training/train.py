@@ -24,9 +24,9 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ut import data as data_lib
-from ut import models
-from ut import reports
+from ut.training import data as data_lib
+from ut.training import models
+from ut.io import reports
 from ut.errors import UserError
 
 
@@ -66,7 +66,7 @@ def make_optimizer(config, params, spec, peak_lr=None):
   """AdamW on warmup + cosine for 'train' leaves, zero updates for 'frozen'.
 
   The peak learning rate lives in the optimizer state (optax.inject_hyperparams),
-  so runs that differ only in it can be vmapped (ut/sweep.py). peak_lr defaults
+  so runs that differ only in it can be vmapped (ut/experiments/sweep.py). peak_lr defaults
   to config.train.lr and may be a traced value.
   """
   tc = config.train
@@ -206,7 +206,7 @@ def data_parallel_step(spec, tx, mesh, microbatches=None):
 def _summed_over_shares(local, mesh):
   """local(params, batch) with the batch split over the devices of `mesh`
   (axis 'batch'), each device's result added up across them."""
-  # check_vma=False: the custom VJPs of `ut.transformer` do not annotate how
+  # check_vma=False: the custom VJPs of `ut.core.transformer` do not annotate how
   # their outputs vary across devices.
   summed = lambda params, batch: jax.lax.psum(local(params, batch), "batch")
   return jax.shard_map(summed, mesh=mesh, in_specs=(P(), P("batch")),
@@ -347,7 +347,7 @@ def data_parallel_eval_step(spec, mesh):
   return jax.jit(lambda params, batch: _mean_loss(sums(params, batch)))
 
 
-def evaluate(params, spec, eval_batches, mesh=None):
+def held_out_metrics(params, spec, eval_batches, mesh=None):
   """Accuracy and mean loss over a list of batches (`default_microbatches`
   parts of each at a time). With a mesh (axis 'batch'), each batch whose size
   its devices divide is split over them (`data_parallel_eval_step`)."""
@@ -553,7 +553,7 @@ def train_and_evaluate(config, workdir):
         logging.info("step %d/%d loss %.4f acc %.3f | %.1f steps/s, ETA %.0fs", done,
                      tc.steps, loss, row["accuracy"], rate, (tc.steps - done) / rate)
       if done % config.eval.every == 0 or done == tc.steps:
-        eval_metrics = evaluate(state.params, spec, held_out, eval_mesh)
+        eval_metrics = held_out_metrics(state.params, spec, held_out, eval_mesh)
         eval_log.write(dict(step=done, **eval_metrics))
         _scalars(writer, "eval", dict(step=done, **eval_metrics))
         logging.info("eval at step %d: accuracy %.4f loss %.4f", done,
@@ -566,7 +566,7 @@ def train_and_evaluate(config, workdir):
     if writer is not None:
       writer.close()
   if eval_metrics is None:  # Nothing left to train: evaluate the checkpoint.
-    eval_metrics = evaluate(state.params, spec, held_out, eval_mesh)
+    eval_metrics = held_out_metrics(state.params, spec, held_out, eval_mesh)
     last_loss = train_log.last_loss
   final = dict(step=int(state.step), eval_accuracy=eval_metrics["accuracy"],
                eval_loss=eval_metrics["loss"], final_train_loss=last_loss,

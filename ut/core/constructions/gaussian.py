@@ -10,7 +10,7 @@ its class almost surely; `compile.compile_random` finds E by least squares.
 
 import numpy as np
 
-from ut import targets
+from ut.core import targets
 
 
 def make_gaussian_ut(num_heads, num_layers, m, head_width, seed, *,

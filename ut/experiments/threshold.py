@@ -32,14 +32,14 @@ from matplotlib import transforms
 from matplotlib.backends import backend_agg
 import numpy as np
 
-from ut import bounds
-from ut import compile as compile_lib
-from ut import reports
-from ut import simulate
-from ut import targets as targets_lib
-from ut import transformer
-from ut.constructions import gaussian
-from ut.constructions import sparse
+from ut.core import bounds
+from ut.core import compile as compile_lib
+from ut.io import reports
+from ut.core import simulate
+from ut.core import targets as targets_lib
+from ut.core import transformer
+from ut.core.constructions import gaussian
+from ut.core.constructions import sparse
 from ut.errors import UserError
 
 OUTPUTS = ("threshold.csv", "threshold.json", "threshold.png")

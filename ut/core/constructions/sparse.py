@@ -28,8 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ut import bounds
-from ut import transformer
+from ut.core import bounds
+from ut.core import transformer
 
 
 @flax.struct.dataclass

@@ -16,7 +16,7 @@ prediction is the argmax of the logits.
          where a hop finds nothing; only letter positions are scored. "k" may
          be left out for a model trained with one fixed k.
 
-A missing "label" is computed by the task (ut/tasks); the report counts such
+A missing "label" is computed by the task (ut/training/tasks); the report counts such
 lines and the lines whose given label disagrees with the task's definition.
 Lines longer than the model's position table are skipped with one log line
 each (the first 20) and counted; empty lines are ignored. Rows of equal token
@@ -45,12 +45,12 @@ import jax
 import ml_collections
 import numpy as np
 
-from ut import data as data_lib
-from ut import models
-from ut import reports
-from ut import train
+from ut.training import data as data_lib
+from ut.training import models
+from ut.io import reports
+from ut.training import train
 from ut.errors import UserError
-from ut.tasks import khop
+from ut.training.tasks import khop
 
 BATCH_SIZE = 256       # Most rows per forward pass.
 MIN_BATCH = 32         # Fewest rows per forward pass (padded by repetition).
@@ -244,7 +244,7 @@ def _lines(n):
 
 
 def _clean(error):
-  """A task error's message without the batch index of ut/tasks encoders."""
+  """A task error's message without the batch index of ut/training/tasks encoders."""
   return re.sub(r"^text \d+: ", "", str(error))
 
 
