@@ -67,8 +67,8 @@ def time_case(name, repeats, block_s):
   import jax  # pylint: disable=g-import-not-at-top
   from configs import dyck  # pylint: disable=g-import-not-at-top
   from configs import khop  # pylint: disable=g-import-not-at-top
-  from ut import data as data_lib  # pylint: disable=g-import-not-at-top
-  from ut import train  # pylint: disable=g-import-not-at-top
+  from ut.training import data as data_lib  # pylint: disable=g-import-not-at-top
+  from ut.training import train  # pylint: disable=g-import-not-at-top
   module, arg = CASES[name]
   config = {"dyck": dyck, "khop": khop}[module].get_config(arg)
   task = data_lib.make_task(config)
@@ -126,7 +126,7 @@ def _check_cases(names):
 
 def time_pairs(pairs):
   """--pairs: each pair as two pinned workers, alone, twinned and mixed."""
-  from ut import sweep  # pylint: disable=g-import-not-at-top
+  from ut.experiments import sweep  # pylint: disable=g-import-not-at-top
   cpus = [sweep.worker_cpus(i, 2) for i in range(2)]
   print(f"{'pair A:B':52s} {'A alone':>8s} {'A|A':>7s} {'A|B':>7s} "
         f"{'B alone':>8s} {'B|B':>7s} {'B|A':>7s} {'mixed/twins':>11s}")
@@ -166,7 +166,7 @@ def main(argv):
   load = os.getloadavg()[0]
   print(f"[workers] {os.cpu_count()} CPUs, 1-min load average {load:.1f}; "
         f"{w} processes together; medians of {_REPEATS.value} blocks")
-  from ut import sweep  # pylint: disable=g-import-not-at-top
+  from ut.experiments import sweep  # pylint: disable=g-import-not-at-top
   print(f"{'case':24s} {'alone':>8s} {'unpinned':>9s} {'pinned':>8s} "
         f"{'unpinned/1':>10s} {'pinned/1':>9s}")
   print(f"{'':24s} {'ms/step':>8s} {'ms/step':>9s} {'ms/step':>8s} "

@@ -103,7 +103,7 @@ class TrainBenchTest(absltest.TestCase):
     # In its own process: train_bench's flags clash with flags_bench's here.
     proc = subprocess.run(
         [sys.executable, "-c", "from benchmarks import train_bench; from "
-         "configs import dyck; from ut import data, train; c = dyck.get_config("
+         "configs import dyck; from ut.training import data, train; c = dyck.get_config("
          "'model=sparse,variant=attn'); s = train.model_spec(c, data.make_task("
          f"c).info); print(train_bench.analytic_flops(s, {b}, {t})[0])"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)

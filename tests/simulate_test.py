@@ -101,7 +101,7 @@ class StructuredPathTest(chex.TestCase):
       structured = self.variant(
           lambda e, x: sparse.sparse_apply(ut, e, x, causal=True,
                                            residual=residual))(embed, x)
-      from ut import transformer  # pylint: disable=g-import-not-at-top
+      from ut.core import transformer  # pylint: disable=g-import-not-at-top
       want = transformer.forward(dense, x, num_layers=num_layers, causal=True,
                                  residual=residual)
     chex.assert_trees_all_close(structured, want, atol=1e-12, rtol=1e-12)
