@@ -1,12 +1,13 @@
-"""Refreshes the README's result tables from the files that hold them.
+"""Refreshes the result tables of the README and docs/ from the files that hold them.
 
-  python -m launch.readme          # rewrite README.md in place
+  python -m launch.readme          # rewrite README.md and docs/*.md in place
   python -m launch.readme --check  # exit 1 if a table is stale
 
 A block `<!-- include: results/dyck/table.md -->` ... `<!-- end include -->`
-holds that file's text verbatim, so the README matches the results to the digit.
+holds that file's text verbatim, so the documents match the results to the digit.
 """
 
+import glob
 import os
 import re
 import sys
@@ -21,6 +22,12 @@ BLOCK = re.compile(r"(<!-- include: (\S+) -->\n)(.*?)(<!-- end include -->)",
                    re.DOTALL)
 
 
+def documents(root=ROOT):
+  """The files whose include blocks are kept fresh, relative to root."""
+  return ["README.md"] + sorted(
+      os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "docs", "*.md")))
+
+
 def render(text, root=ROOT):
   def fill(match):
     path = os.path.join(root, match.group(2))
@@ -32,16 +39,22 @@ def render(text, root=ROOT):
 
 def main(argv):
   del argv
-  path = os.path.join(ROOT, "README.md")
-  text = open(path).read()
-  new = render(text)
-  if _CHECK.value:
-    if new != text:
-      print("README.md tables are stale: run python -m launch.readme", file=sys.stderr)
-      sys.exit(1)
-    return
-  with open(path, "w") as f:
-    f.write(new)
+  stale = []
+  for name in documents():
+    path = os.path.join(ROOT, name)
+    with open(path) as f:
+      text = f.read()
+    new = render(text)
+    if new == text:
+      continue
+    stale.append(name)
+    if not _CHECK.value:
+      with open(path, "w") as f:
+        f.write(new)
+  if _CHECK.value and stale:
+    print(f"tables are stale in {', '.join(stale)}: run python -m launch.readme",
+          file=sys.stderr)
+    sys.exit(1)
 
 
 if __name__ == "__main__":
