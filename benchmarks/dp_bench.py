@@ -20,7 +20,7 @@ interleaved in this one process:
   baseline  `train.train_step` as `train_and_evaluate` jits it by default
             (device 0, `default_microbatches`, XLA's defaults);
   dp        the data-parallel step, with XLA's defaults;
-  dp -ynn   the same with config.train.ynn_fusions=False
+  dp -ynn   the same with config.cpu.ynn_fusions=False (configs/cpu.py)
             (`train.compiler_options`: no YNNPACK fusions, XLA's own kernels);
   rooflines the 2048 x 2048 float32 `jnp.dot` on device 0, as train_bench
             measures it, and the same dot with its rows split over the devices.
@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import train_bench
+from configs import cpu as cpu_config
 from ut.training import data as data_lib
 from ut.io import reports
 from ut.training import train
@@ -117,7 +118,8 @@ def bench_case(case, devices, microbatches, small=False):
   state, tx, _ = train.init_state(config, spec)
   steps = dict(base=train.make_step(config, spec, tx)[0])
   for name, ynn in (("dp", True), ("dp_no_ynn", False)):
-    config.train.update(dict(data_parallel=True, ynn_fusions=ynn))
+    config.train.data_parallel = True
+    cpu_config.overlay(config).cpu.ynn_fusions = ynn
     steps[name] = jax.jit(
         train.data_parallel_step(spec, tx, mesh, microbatches),
         donate_argnums=0, **train.compiler_options(config))

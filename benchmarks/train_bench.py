@@ -55,7 +55,7 @@ FLOP counts of one step, two ways:
       per layer, random   H [2*2BTMK (Z R_Q, Z R_K) + 2BTTK (Q K^T)
                              + 2BTMM (Z R_V) + 2BTTM (A (Z R_V))], except
                           that layer 1 works from the tables
-                          (`models._random_first_layer`): in place of
+                          (`ut.cpu.forward._random_first_layer`): in place of
                           H 2BTMM, H [2(V+T)MM (E_tok R_V, E_pos R_V)
                           + 2BTTV' (A onehot) + 2BTV'M (its product with
                           E_tok R_V)], V' = V, or V + 1 with a LayerNorm
@@ -198,7 +198,7 @@ def analytic_flops(spec, batch_size, num_tokens):
     if spec.kind == "random":
       once += h * 2 * 2 * b * t * m * k
       twice += h * (2 * b * t * t * k + 2 * b * t * t * m)
-      if layer == 0:  # `models._random_first_layer`.
+      if layer == 0:  # `ut.cpu.forward._random_first_layer`.
         v, ln = spec.vocab_size, spec.variant != "attn"
         once += h * (2 * (v + t) * m * m + 2 * b * t * t * v)
         twice += h * (2 * b * t * (v + ln) * m + ln * 2 * b * t * t)

@@ -11,11 +11,11 @@ alone     one process on all the CPUs (XLA runs independent ops of a step on
           several of them);
 unpinned  --workers such processes at once, each free to use every CPU;
 pinned    --workers such processes at once, each pinned to its share of the
-          CPUs (`ut.experiments.sweep.worker_cpus`), as `launch.sweep --workers` starts them.
+          CPUs (`ut.cpu.workers.worker_cpus`), as `launch.sweep --workers` starts them.
 
 --pairs=A:B instead times two cases as two pinned workers (`worker_cpus` of
 2): each alone on its share, beside its twin, and beside the other case. The
-sweep's `worker_order` keeps the sparse UT's memory-bound runs apart when it
+sweep's `ut.cpu.workers.worker_order` keeps the sparse UT's memory-bound runs apart when it
 can; `mixed/twins` is (A beside B + B beside A) / (A beside A + B beside B),
 the time of a step of each mixed against twinned: below 1, mixing wins.
 
@@ -126,8 +126,8 @@ def _check_cases(names):
 
 def time_pairs(pairs):
   """--pairs: each pair as two pinned workers, alone, twinned and mixed."""
-  from ut.experiments import sweep  # pylint: disable=g-import-not-at-top
-  cpus = [sweep.worker_cpus(i, 2) for i in range(2)]
+  from ut.cpu import workers  # pylint: disable=g-import-not-at-top
+  cpus = [workers.worker_cpus(i, 2) for i in range(2)]
   print(f"{'pair A:B':52s} {'A alone':>8s} {'A|A':>7s} {'A|B':>7s} "
         f"{'B alone':>8s} {'B|B':>7s} {'B|A':>7s} {'mixed/twins':>11s}")
   for pair in pairs:
@@ -166,7 +166,7 @@ def main(argv):
   load = os.getloadavg()[0]
   print(f"[workers] {os.cpu_count()} CPUs, 1-min load average {load:.1f}; "
         f"{w} processes together; medians of {_REPEATS.value} blocks")
-  from ut.experiments import sweep  # pylint: disable=g-import-not-at-top
+  from ut.cpu import workers  # pylint: disable=g-import-not-at-top
   print(f"{'case':24s} {'alone':>8s} {'unpinned':>9s} {'pinned':>8s} "
         f"{'unpinned/1':>10s} {'pinned/1':>9s}")
   print(f"{'':24s} {'ms/step':>8s} {'ms/step':>9s} {'ms/step':>8s} "
@@ -174,7 +174,7 @@ def main(argv):
   for name in names:
     alone = _ms([_spawn(name)])[0]
     unpinned = statistics.median(_ms([_spawn(name) for _ in range(w)]))
-    pinned = statistics.median(_ms([_spawn(name, sweep.worker_cpus(i, w))
+    pinned = statistics.median(_ms([_spawn(name, workers.worker_cpus(i, w))
                                     for i in range(w)]))
     print(f"{name:24s} {alone:8.2f} {unpinned:9.2f} {pinned:8.2f} "
           f"{w * alone / unpinned:10.2f} {w * alone / pinned:9.2f}")

@@ -62,7 +62,10 @@ def base_config(kind, variant, seed):
   config.model = ml_collections.ConfigDict(dict(
       kind=kind, variant=variant, num_heads=2, num_layers=2, width=16, m=256,
       head_width=32, mlp_ratio=1, mlp_width=0, causal=True, ut_seed=0,
-      shared=False, embed_scale=1.0))
+      shared=False, embed_scale=1.0,
+      # The forward's implementation: "reference", "xla_cpu" or "auto" (xla_cpu
+      # on a CPU backend; ut.training.models.ModelSpec.impl).
+      impl="auto"))
   config.model.update(MODEL_DEFAULTS[kind])
   # '' trains the model; 'sparse' or 'random' (a trained attn model only):
   # compile the trained model into that fixed UT and report the UT, with no
@@ -74,9 +77,8 @@ def base_config(kind, variant, seed):
       checkpoint_every=500,
       # Split each batch over this process's devices (ut.training.train.make_step; on a
       # CPU, launch.train --cpu_devices=N makes N of its cores devices).
-      data_parallel=False,
-      # False: XLA CPU without its YNNPACK fusions (ut.training.train.compiler_options).
-      ynn_fusions=True))
+      data_parallel=False))
+  # No host settings here: on CPU the launchers add configs/cpu.py's section.
   config.eval = ml_collections.ConfigDict(dict(num=2048, batch_size=512,
                                                every=500))
   return config

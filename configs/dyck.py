@@ -10,15 +10,20 @@ mix=za|hard, max_len=INT, seed=INT, embed_scale=FLOAT (the std of E's initial
 entries; default 1.0), smoke. Single fields: --config.train.steps=...
 
 Paper (attention-only, `za`-style mix): sparse UT 100%, random UT 94.4%, trained
-about the same. Expected here: see README (results come from commands only).
+about the same. Expected here: the README's Dyck-1 table (notes: docs/results.md).
 
 Our choices where the paper is silent (all chosen by us):
-  strings of length 2..max_len=16, '?' query last, left padding;
+  Zhong & Andreas's protocol (DESIGN §7; ut/training/tasks/dyck.py): strings
+  of 1..max_len=60 brackets, '?' query last, left padding; a fixed test set
+  of 4000 strings and a fixed validation set of 4000 (as large, so that it is
+  as precise), each from its own seed, whatever the run's seed; the training
+  stream redraws every copy of a test or validation string;
   model sizes in configs/common.py (sparse: virtual target H=2, L=2, d=32, m=416;
   random: m=256, H=2, L=2, k_u=32; trained: d=64, H=2, L=2);
   AdamW (b2=0.98, no weight decay), peak lr 1e-2 for UTs and 1e-3 for trained
   (configs/common.py), 100 warmup steps, cosine to 1%,
-  batch 128, 2000 steps, grad clip 1; held-out set of 2048 from a disjoint seed;
+  batch 128, 2000 steps, grad clip 1; the validation set is scored during
+  training, the test set at the end;
   res_ln_mlp: one GELU MLP per layer of hidden width m (mlp_ratio 1), frozen
   random (N(0, 1/fan_in)) in UTs, trained in `trained`; LayerNorm without
   parameters everywhere.
@@ -29,14 +34,20 @@ from configs import common
 
 def get_config(arg=None):
   args = common.parse_arg(arg, dict(model="sparse", variant="attn", mix="za",
-                                    max_len=16, seed=0, embed_scale=1.0,
+                                    max_len=60, seed=0, embed_scale=1.0,
                                     smoke=False))
   config = common.base_config(args["model"], args["variant"], args["seed"])
   config.task = "dyck"
-  config.data = dict(max_len=args["max_len"], mix=args["mix"])
+  # Fixed held-out sets (ut.training.data.Dyck): drawn once from these seeds,
+  # whatever config.seed, and never trained on. The validation set is scored
+  # during training (it replaces config.eval.num); the test set at the end.
+  config.data = dict(max_len=args["max_len"], mix=args["mix"],
+                     valid_num=4000, valid_seed=0, test_num=4000, test_seed=0)
   config.model.embed_scale = args["embed_scale"]
   if args["smoke"]:
     common.smoke(config)
+    config.data.valid_num = config.data.test_num = config.eval.num
     if "max_len" not in common.given(arg):  # An explicit max_len is kept.
       config.data.max_len = 8
+  config.eval.num = config.data.valid_num
   return config

@@ -5,8 +5,10 @@ r"""The Dyck-1 table: model kinds x variants, mixes `za` and `hard`, 3 seeds eac
   python -m launch.sweep --config=configs/dyck_table.py:smoke --workdir=/tmp/t  # CI size
 
 Each run is configs/dyck.py with the run's arguments; see its docstring for every
-choice we made where the paper is silent. Paper (attention-only, za-style mix):
-sparse UT 100%, random UT 94.4%, trained about the same.
+choice we made where the paper is silent. Every run of a mix is scored on the
+same fixed validation set (eval_accuracy) and test set, neither ever trained
+on (Zhong & Andreas's protocol; ut/training/data.py). Paper (attention-only,
+za-style mix): sparse UT 100%, random UT 94.4%, trained about the same.
 """
 
 from configs import dyck

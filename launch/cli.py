@@ -1,14 +1,27 @@
-"""Shared entry-point plumbing: user errors become one line and a non-zero exit."""
+"""Shared entry-point plumbing: user errors become one line and a non-zero exit;
+JAX's persistent compilation cache; the CPU host's settings (configs/cpu.py)
+on CPU only.
+"""
 
-import ctypes
 import logging as py_logging
+import os
 import sys
 
 from absl import app
 from absl import flags
 from absl import logging
+import jax
+import ml_collections
+from ml_collections import config_flags
+from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
+from configs import cpu as cpu_config
+from ut.cpu import host
 from ut.errors import UserError
+
+# JAX's persistent compilation cache, unless $UT_JAX_CACHE names another folder
+# (an empty value turns it off).
+DEFAULT_JAX_CACHE = "~/.cache/ut/jax"
 
 
 class _QuietLibraries(py_logging.Filter):
@@ -49,29 +62,85 @@ def _parse_flags(argv):
   return argv
 
 
-def tune_malloc():
-  """Keeps XLA's per-step CPU buffers in glibc's heap instead of fresh mmaps.
+def use_compilation_cache():
+  """Turns on JAX's persistent compilation cache in $UT_JAX_CACHE (default
+  DEFAULT_JAX_CACHE; empty: off), for every compile however small or quick;
+  returns the folder or None. A later `jax_compilation_cache_dir` set before
+  the first compile wins (`ut.experiments.sweep.use_compilation_cache` keeps a
+  sweep's cache in its workdir)."""
+  path = os.environ.get("UT_JAX_CACHE", DEFAULT_JAX_CACHE)
+  if not path:
+    return None
+  path = os.path.expanduser(path)
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # Any size.
+  return path
 
-  With glibc's defaults a large temporary buffer allocated on a worker thread
-  is mmap'd, page-faulted in and unmapped on every step; measured on 2 cores:
-  the fixed-size benchmark step 333 -> 261 ms, k-hop sparse 87 -> 53 ms.
-  Process-wide, so it lives here and not in the library; a no-op off glibc.
+
+def define_config_flag(name, help_string, flag_values=flags.FLAGS,
+                       sys_argv=None):
+  """config_flags.DEFINE_config_file (locked, no default), except that the
+  loaded config gains configs/cpu.py's section `cpu` before the --name.*
+  overrides are read, so that --config.cpu.ynn_fusions=False works; which
+  backend JAX runs on is not known yet. `hardware_overlay` then keeps or
+  removes the section."""
+  holder = config_flags.DEFINE_config_file(name, None, help_string,
+                                           flag_values=flag_values,
+                                           lock_config=True, sys_argv=sys_argv)
+  flag_values[name].parser = _CpuOverlayParser(name=name, lock_config=True)
+  return holder
+
+
+class _CpuOverlayParser(ConfigFileFlagParser):
+  """Loads a config file and adds configs/cpu.py's section."""
+
+  def parse(self, path):
+    config = super().parse(path)
+    if isinstance(config, ml_collections.ConfigDict):
+      cpu_config.overlay(config)
+    return config
+
+
+def hardware_overlay(config):
+  """`config` as this host runs it: with configs/cpu.py's section `cpu` when
+  JAX runs on its CPU backend (added if missing), without it elsewhere.
+
+  Starts JAX's backend: call it after settings such as jax_num_cpu_devices.
+  Off CPU, a `cpu` section that differs from configs/cpu.py's (an override
+  such as --config.cpu.ynn_fusions=False) is a UserError.
   """
-  try:
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallopt(-8, 1)        # M_ARENA_MAX: one arena.
-    libc.mallopt(-4, 0)        # M_MMAP_MAX: no mmap for large blocks.
-    libc.mallopt(-1, 2**30)    # M_TRIM_THRESHOLD: keep up to 1 GiB.
-  except (OSError, AttributeError):
-    pass
+  backend = jax.default_backend()
+  if backend == "cpu":
+    return cpu_config.overlay(config)
+  if "cpu" in config:
+    if config.cpu.to_dict() != cpu_config.get_config().to_dict():
+      raise UserError(f"config.cpu is for CPU hosts, and JAX runs on {backend} "
+                      f"here; drop the --config.cpu.* flags")
+    with config.unlocked():
+      del config["cpu"]
+  return config
+
+
+def tune_host(flag_values=flags.FLAGS):
+  """Process-wide settings before JAX starts its backend, on CPU only: glibc
+  malloc tuning (`ut.cpu.host.tune_malloc`) when the launcher's --config has
+  cpu.tune_malloc set, or, without a `cpu` section, configs/cpu.py does.
+  Returns whether it tuned malloc."""
+  config = flag_values["config"].value if "config" in flag_values else None
+  section = (config.get("cpu") if isinstance(config, ml_collections.ConfigDict)
+             else None) or cpu_config.get_config()
+  return bool(section.tune_malloc and host.cpu_expected() and host.tune_malloc())
 
 
 def run(main):
-  """Like absl.app.run, but a UserError prints `error: ...` and exits with 2."""
-  tune_malloc()
+  """Like absl.app.run, but a UserError prints `error: ...` and exits with 2;
+  before `main`, turns on the compilation cache and tunes a CPU host."""
 
   def guarded(argv):
     logging.get_absl_handler().addFilter(_QuietLibraries())
+    use_compilation_cache()
+    tune_host()
     try:
       return main(argv)
     except UserError as e:

@@ -2,38 +2,29 @@
 
   python -m launch.dyck_baseline --workdir=results/dyck
 
-Predicts 'balanced' when a string has as many '(' as ')'. Writes
-counting_baseline.{json,md} (accuracy % per mix and seed, with provenance).
-
-seen_in_training: the share of held-out strings that also occur among the
-run's training strings (config.train.steps batches of the training stream, as
-`ut.training.train` draws them). Short Dyck strings are few (2055 balanced words up to
-length 16), so on Dyck most of the held-out set has been trained on.
+Predicts 'balanced' when a string has as many '(' as ')'. For each mix of
+configs/dyck.py, on its fixed validation and test sets: their sizes, the
+counting baseline's accuracy overall, by length bucket, by subset and on the
+short balanced strings (ut/experiments/dyck_protocol.py), and
+seen_in_training: the share of the set's strings that also occur among the
+training strings of the run with seed 0..seeds-1 (config.train.steps batches,
+as `ut.training.train` draws them). The training stream redraws held-out
+strings, so it is 0. Writes counting_baseline.{json,md} (with provenance).
 """
 
 from absl import flags
 
 from configs import dyck as dyck_config
 from launch import cli
-from ut.training import data as data_lib
-from ut.io import reports
-from ut.training import train
 from ut.errors import UserError
+from ut.experiments import dyck_protocol
+from ut.io import reports
 from ut.training.tasks import dyck
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder.")
-_SEEDS = flags.DEFINE_integer("seeds", 3, "Held-out sets of seeds 0..seeds-1.")
+_SEEDS = flags.DEFINE_integer("seeds", 3, "Check the training streams of "
+                              "seeds 0..seeds-1.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace earlier outputs.")
-
-
-def seen_in_training(config):
-  """Share of config's held-out examples whose tokens equal a training example's."""
-  task = data_lib.make_task(config)
-  trained = {row.tobytes() for step in range(config.train.steps)
-             for row in train.train_batch(config, task, step)["tokens"]}
-  held_out = [row.tobytes() for batch in train.eval_batches(config, task)
-              for row in batch["tokens"]]
-  return sum(row in trained for row in held_out) / len(held_out)
 
 
 def main(argv):
@@ -42,19 +33,31 @@ def main(argv):
     raise UserError(f"--seeds={_SEEDS.value}; use 1 or more")
   paths = [f"{_WORKDIR.value}/counting_baseline.{ext}" for ext in ("json", "md")]
   reports.refuse_existing(paths, _OVERWRITE.value, flag="--overwrite")
-  rows = []
+  mixes, summary, text = {}, [], []
   for mix in dyck.MIXES:
-    for seed in range(_SEEDS.value):
-      config = dyck_config.get_config(f"mix={mix},seed={seed}")
-      _, labels, texts = dyck.generate(config.eval.num, config.data.max_len, mix,
-                                       data_lib.stream_seed(seed, 1))
-      rows.append(dict(mix=mix, seed=seed, max_len=config.data.max_len,
-                       num=config.eval.num, balanced=float(labels.mean()),
-                       counting_accuracy=dyck.counting_baseline_accuracy(texts,
-                                                                         labels),
-                       seen_in_training=seen_in_training(config)))
-  reports.write_json(paths[0], dict(rows=rows, provenance=reports.provenance()))
-  table = reports.format_table(rows, floatfmt="{:.4f}")
+    report = dyck_protocol.counting_report(dyck_config.get_config(f"mix={mix}"))
+    seen = [dyck_protocol.seen_in_training(
+        dyck_config.get_config(f"mix={mix},seed={seed}"))
+            for seed in range(_SEEDS.value)]
+    report["seen_in_training"] = {str(seed): s for seed, s in enumerate(seen)}
+    mixes[mix] = report
+    for split in dyck_protocol.SPLITS:
+      r = report[split]
+      summary.append(dict(mix=mix, split=split, num=r["num"],
+                          distinct=r["distinct"], balanced=r["balanced"],
+                          counting_accuracy=r["counting"]["accuracy"],
+                          seen_in_training=max(s[split] for s in seen)))
+    short = report["short_balanced"]
+    text += [f"\n{mix}: counting baseline (%) by part; the held-out sets hold "
+             f"{short['held_out']} of the {short['total']} balanced strings "
+             f"of at most {dyck.SHORT} brackets\n",
+             reports.format_table(dyck_protocol.breakdown_rows(
+                 {s: report[s]["counting"] for s in dyck_protocol.SPLITS}))]
+  reports.write_json(paths[0], dict(mixes=mixes, seeds=_SEEDS.value,
+                                    provenance=reports.provenance()))
+  table = "\n".join([
+      f"seen_in_training: the largest share over seeds 0..{_SEEDS.value - 1}",
+      reports.format_table(summary, floatfmt="{:.4f}"), *text])
   reports.write_text(paths[1], table + "\n")
   print(table)
 

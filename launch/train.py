@@ -6,19 +6,20 @@ CPU's cores and sets config.train.data_parallel, so that each device takes
 additions; 1.17-1.76x the steps/s on 2 cores, results/bench/dp):
   python -m launch.train --config=configs/dyck.py --workdir=W --cpu_devices=2
 On several GPUs, --config.train.data_parallel=True alone.
+
+On CPU the config has configs/cpu.py's section (XLA CPU's fusions, the step's
+microbatches), e.g. --config.cpu.microbatches=1; elsewhere it has none.
 """
 
 import sys
 
 from absl import flags
 import jax
-from ml_collections import config_flags
 
 from launch import cli
 from ut.training import train
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Training config.",
-                                          lock_config=True)
+_CONFIG = cli.define_config_flag("config", "Training config.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run folder: checkpoints, metrics.")
 _CPU_DEVICES = flags.DEFINE_integer(
     "cpu_devices", None, "Make this many JAX devices of the CPU and, if more "
@@ -34,7 +35,8 @@ def main(argv):
     jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
     if _CPU_DEVICES.value > 1:
       _CONFIG.value.train.data_parallel = True
-  final = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  config = cli.hardware_overlay(_CONFIG.value)
+  final = train.train_and_evaluate(config, _WORKDIR.value)
   print(f"step {final['step']}: eval accuracy {final['eval_accuracy']:.4f} "
         f"(metrics in {_WORKDIR.value}/metrics.json)")
 

@@ -1,6 +1,9 @@
 """The training-step benchmark's saved report (`train_bench --out`), the
 XLA-flags comparison built on it (`flags_bench`), and the data-parallel step
-(`dp_bench`)."""
+(`dp_bench`).
+
+Every test that runs a benchmark or a subprocess is marked slow.
+"""
 
 import json
 import math
@@ -11,6 +14,7 @@ import sys
 from absl.testing import absltest
 import jax
 import jax.extend.core
+import pytest
 
 from configs import dyck as dyck_config
 from tests import cli_helpers
@@ -49,6 +53,7 @@ def fixed_step_flops():
 
 class TrainBenchTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_report_is_saved_and_kept(self):
     out = self.create_tempdir().full_path
     proc = run_bench(out)
@@ -77,7 +82,7 @@ class TrainBenchTest(absltest.TestCase):
     self.assertEqual(os.path.getmtime(os.path.join(out, "train_bench.json")),
                      before)
 
-
+  @pytest.mark.slow
   def test_sparse_attn_forward_flops_match_its_matmuls(self):
     # Without a residual, the level routed from the leaves holds only their
     # state role: counted from the jaxpr's dot_generals, not from the formula.
@@ -109,6 +114,7 @@ class TrainBenchTest(absltest.TestCase):
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
     self.assertEqual(float(proc.stdout), dot_flops(jaxpr.jaxpr))
 
+  @pytest.mark.slow
   def test_bad_flags_are_errors_before_any_timing(self):
     tmp = self.create_tempdir().full_path
     with open(os.path.join(tmp, "afile"), "w") as f:
@@ -137,6 +143,7 @@ class FlagsBenchTest(absltest.TestCase):
     self.assertAlmostEqual(row["flags_over_base"], 1.25)
     self.assertAlmostEqual(row["steps_per_s_flags"], 4.0)
 
+  @pytest.mark.slow
   def test_unknown_xla_flag_is_one_line_error(self):
     out = self.create_tempdir().full_path
     proc = subprocess.run(
@@ -155,6 +162,7 @@ def run_dp_bench(*flags):
       timeout=600, check=False)
 
 
+@pytest.mark.slow
 class DpBenchTest(absltest.TestCase):
 
   def test_data_parallel_step_matches_train_step_and_is_saved(self):

@@ -1,11 +1,15 @@
 """Every colabs/*.ipynb runs headless at the smoke profile (STYLE 14), and ut/plots.
 
-Each notebook's first code cell holds the `full` profile line; the test sets it
-to smoke and executes the notebook with `ut.io.notebooks` (nbclient, a kernel of
-this interpreter, the repository root as working directory). Smoke runs write
-only to temporary folders: the test checks that results/ is unchanged.
+Each notebook opens with the setup cell (`notebooks.SETUP_CELL`: installs `ut`
+in Colab, moves to the repository root) and then the parameters cell, which
+holds the `full` profile line; the test sets it to smoke and executes the
+notebook with `ut.io.notebooks` (nbclient, a kernel of this interpreter, the
+repository root as working directory). Smoke runs write only to temporary
+folders: the test checks that results/ is unchanged. The setup cell's own
+behaviour (from colabs/, from outside a checkout) is tested in-process.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -16,6 +20,8 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import nbformat
 import numpy as np
+import pytest
+import pytest
 
 from tests import cli_helpers
 from ut.io import notebooks
@@ -52,19 +58,22 @@ class NotebooksTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       (os.path.splitext(os.path.basename(p))[0], p) for p in NOTEBOOKS)
+  @pytest.mark.slow  # Under named_parameters: each generated test keeps it.
   def test_runs_at_smoke_profile(self, path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    self.assertTrue(code, "no code cells")
-    self.assertIn(notebooks.profile_line("full"), code[0].source.splitlines(),
-                  "the first code cell must be the parameters cell")
+    self.assertLen(code[:2], 2, "no setup and parameters cells")
+    self.assertEqual(code[0].source, notebooks.SETUP_CELL,
+                     "the first code cell must be the setup cell")
+    self.assertIn(notebooks.profile_line("full"), code[1].source.splitlines(),
+                  "the second code cell must be the parameters cell")
     self.assertTrue(any("#@title" in c.source for c in code), "no #@title")
     self.assertTrue(any("#@param" in c.source for c in code), "no #@param")
     for c in code:
       self.assertFalse(c.get("outputs") or c.get("execution_count"),
                        "stored outputs: clear them before committing")
     notebooks.set_profile(nb, "smoke")
-    self.assertIn(notebooks.profile_line("smoke"), code[0].source)
+    self.assertIn(notebooks.profile_line("smoke"), code[1].source)
 
     before = _results_snapshot()
     try:
@@ -74,20 +83,84 @@ class NotebooksTest(parameterized.TestCase):
     self.assertEqual(before, _results_snapshot(),
                      "a smoke run changed results/: write to a temporary folder")
 
+  @pytest.mark.slow
   def test_a_failing_cell_raises_notebook_failed(self):
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("raise ValueError('boom in cell')")])
     with self.assertRaisesRegex(notebooks.NotebookFailed, "boom in cell"):
       notebooks.execute(nb, self.kernel_specs, timeout_s=60)
 
-  def test_set_profile_needs_the_parameters_cell(self):
+  def test_set_profile_needs_the_setup_and_parameters_cells(self):
+    setup = nbformat.v4.new_code_cell(notebooks.SETUP_CELL)
+    params = nbformat.v4.new_code_cell(notebooks.profile_line("full"))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    with self.assertRaisesRegex(UserError, "setup cell"):
+      notebooks.set_profile(nb, "smoke")
+    nb = nbformat.v4.new_notebook(cells=[params, setup])
+    with self.assertRaisesRegex(UserError, "setup cell"):
+      notebooks.set_profile(nb, "smoke")
+    nb = nbformat.v4.new_notebook(cells=[setup, nbformat.v4.new_code_cell("x = 1")])
     with self.assertRaisesRegex(UserError, "parameters cell"):
       notebooks.set_profile(nb, "smoke")
     with self.assertRaisesRegex(UserError, "profile='tiny'"):
       notebooks.set_profile(nb, "tiny")
+    nb = nbformat.v4.new_notebook(cells=[setup, params])
+    notebooks.set_profile(nb, "smoke")
+    self.assertEqual(nb.cells[1].source, notebooks.profile_line("smoke"))
+    self.assertEqual(nb.cells[0].source, notebooks.SETUP_CELL)
 
 
+class SetupCellTest(absltest.TestCase):
+  """The setup cell, run in this process (ut is installed here: no pip)."""
+
+  @contextlib.contextmanager
+  def cwd(self, path):
+    before, path_before = os.getcwd(), list(sys.path)
+    os.chdir(path)
+    try:
+      yield
+    finally:
+      os.chdir(before)
+      sys.path[:] = path_before
+
+  def run_setup(self, **overrides):
+    source = notebooks.SETUP_CELL
+    for name, value in overrides.items():
+      line = next(l for l in source.splitlines() if l.startswith(f"{name} = "))
+      source = source.replace(line, f"{name} = {value!r}")
+    namespace = {}
+    exec(compile(source, "setup cell", "exec"), namespace)  # pylint: disable=exec-used
+    return os.getcwd()
+
+  def test_from_the_repository_root_stays_there(self):
+    with self.cwd(ROOT):
+      self.assertEqual(self.run_setup(), ROOT)
+
+  def test_from_colabs_moves_to_the_repository_root(self):
+    with self.cwd(os.path.join(ROOT, "colabs")):
+      self.assertEqual(self.run_setup(), ROOT)
+      self.assertEqual(sys.path[0], ROOT)  # configs/ imports from there.
+
+  def test_outside_a_checkout_it_needs_the_repository_url(self):
+    with self.cwd(self.create_tempdir().full_path):
+      with self.assertRaisesRegex(ValueError, r"UT_REPO='<git URL.*set it to"):
+        self.run_setup()
+
+  @pytest.mark.slow  # Starts git.
+  def test_outside_a_checkout_it_clones_the_repository(self):
+    # A local clone stands in for Colab's: the cell clones UT_REPO into
+    # ut_repo/ and works from there.
+    if not os.path.isdir(os.path.join(ROOT, ".git")):
+      self.skipTest("not a git checkout")
+    tmp = self.create_tempdir().full_path
+    with self.cwd(tmp):
+      self.assertEqual(self.run_setup(UT_REPO=f"file://{ROOT}"),
+                       os.path.join(tmp, "ut_repo"))
+    self.assertTrue(os.path.isfile(os.path.join(tmp, "ut_repo", "configs",
+                                                "dyck.py")))
+
+
+@pytest.mark.slow
 class LaunchColabsTest(absltest.TestCase):
   """launch.colabs' user errors (executing at full size is the regeneration)."""
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from configs import compiled_ut as compiled_config
 from tests import reference
+from tests import xla_settings
 from ut.training import trained_to_ut as compiled
 from ut.training import models
 from ut.training import train
@@ -23,7 +24,8 @@ class CompiledUTTest(parameterized.TestCase):
     cls.workdir = tempfile.mkdtemp(prefix="compiled_test_")
     config = compiled_config.get_config("task=dyck,smoke")
     config.target_config.train.steps = 30
-    cls.result = compiled.run(config, cls.workdir)
+    with xla_settings.fast_compile():  # Training the smoke target: compiles.
+      cls.result = compiled.run(config, cls.workdir)
     cls.params, cls.spec, cls.config, cls.task, _ = train.restore_params(
         os.path.join(cls.workdir, "target"))
 

@@ -17,10 +17,12 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import numpy as np
+import pytest
 
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
+from tests import xla_settings
 from ut.training import evaluate
 from ut.training import models
 from ut.training import train
@@ -132,6 +134,8 @@ class EvaluateTest(parameterized.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
+    # Smoke models and many small forwards: compiling is most of the time.
+    cls.enterClassContext(xla_settings.fast_compile())
     cls.root = tempfile.mkdtemp()
     cls.workdirs = {}
     for name, (config, _) in MODELS.items():
@@ -235,6 +239,7 @@ class EvaluateTest(parameterized.TestCase):
     with self.assertRaisesRegex(UserError, r"pass k"):
       evaluate.predict_text(self.workdirs["khop_range"], "abab")
 
+  @pytest.mark.slow
   def test_command_line(self):
     lines, examples, too_long = make_lines("dyck", np.random.default_rng(3), 20)
     data, out = f"{self.tmp}/data.jsonl", f"{self.tmp}/report.json"

@@ -6,10 +6,14 @@ H heads, L layers, K head width, d sparse block width, m sparse UT width.
 The numpy references below are written for these tests and share no code with
 `ut` (the sparse kind's dense matrices come from `sparse.to_dense`, whose {0,1}
 routing is itself checked against the structured path in simulate_test.py).
+Every implementation (`models.IMPLS` but "auto") is checked against them, and
+its gradients against autodiff of the same reference written with jax.numpy.
 """
 
+import dataclasses
 import functools
 import itertools
+import json
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -19,9 +23,12 @@ import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
-from ut.training import models
+from configs import dyck as dyck_config
 from ut.core.constructions import sparse
 from ut.errors import UserError
+from ut.training import data as data_lib
+from ut.training import models
+from ut.training import train
 
 B, T = 3, 6
 VOCAB, MAX_LEN, CLASSES = 5, 7, 3
@@ -32,6 +39,9 @@ SIZES = dict(num_heads=2, num_layers=2, width=4, m=52, head_width=8,
 SIZES_TRAINED = dict(SIZES, width=52)  # d for the trained kind.
 COMBOS = [dict(testcase_name=f"{kind}_{variant}", kind=kind, variant=variant)
           for kind, variant in itertools.product(models.KINDS, models.VARIANTS)]
+
+
+F64_TOL = 1e-9  # float64: both implementations compute the reference's values.
 
 
 def make_spec(kind, variant, **overrides):
@@ -46,17 +56,36 @@ def make_spec(kind, variant, **overrides):
 apply = jax.jit(models.apply, static_argnums=1)
 
 
-def assert_matches_reference_and_plain_grads(spec, seed):
-  """apply against the numpy reference, and the gradients of its structured
-  path (sparse levels, random first layer) against structured=False."""
+def assert_impls_match_reference(spec, seed):
+  """Every implementation's logits and gradients against the reference model,
+  in float64: the logits against the numpy reference, the gradients against
+  autodiff of the same reference written with jax.numpy."""
   params, tokens = make_inputs(spec, seed=seed)
-  np.testing.assert_allclose(np.asarray(apply(params, spec, tokens)),
-                             np_model(params, spec, tokens), atol=1e-4, rtol=1e-4)
-  loss = lambda p, structured: jnp.sum(jnp.sin(models.apply(
-      p, spec, tokens, structured=structured)))
-  grads = [jax.jit(jax.grad(loss), static_argnums=1)(params, s)
-           for s in (True, False)]
-  chex.assert_trees_all_close(*grads, atol=1e-4, rtol=1e-4)
+  with jax.enable_x64(True):
+    p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+    want = np_model(p64, spec, tokens)
+    _, want_grads = logits_and_grads(reference_apply, p64, spec, tokens)
+    for impl in ("reference", "xla_cpu"):
+      got, grads = logits_and_grads(models.apply, p64,
+                                    dataclasses.replace(spec, impl=impl), tokens)
+      np.testing.assert_allclose(got, want, atol=F64_TOL, rtol=F64_TOL,
+                                 err_msg=impl)
+      for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(grads),
+                              jax.tree.leaves(want_grads)):
+        np.testing.assert_allclose(g, w, atol=F64_TOL, rtol=F64_TOL,
+                                   err_msg=f"{impl} {jax.tree_util.keystr(path)}")
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def logits_and_grads(apply_fn, params, spec, tokens):
+  """apply_fn's logits and the gradient of sum(sin(logits)), jitted once."""
+  logits, vjp = jax.vjp(lambda p: apply_fn(p, spec, tokens), params)
+  return logits, vjp(jnp.cos(logits))[0]
+
+
+def reference_apply(params, spec, tokens_BxT):
+  """`np_example` in jax.numpy, vmapped over the batch (for autodiff)."""
+  return jax.vmap(lambda tok: np_example(params, spec, tok, jnp))(tokens_BxT)
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,23 +98,26 @@ def make_inputs(spec, seed=0, t=T):
 # ---------------------------------------------------------------- numpy reference
 
 
-def np_softmax(s):
+# Each takes xp = numpy, or jax.numpy for the gradients' reference (autodiff).
+
+
+def np_softmax(s, xp=np):
   s = s - s.max(axis=-1, keepdims=True)
-  e = np.exp(s)
+  e = xp.exp(s)
   return e / e.sum(axis=-1, keepdims=True)
 
 
-def np_layer_norm(z, eps=1e-5):
+def np_layer_norm(z, eps=1e-5, xp=np):
   mean = z.mean(axis=-1, keepdims=True)
   var = ((z - mean) ** 2).mean(axis=-1, keepdims=True)
-  return (z - mean) / np.sqrt(var + eps)
+  return (z - mean) / xp.sqrt(var + eps)
 
 
-def np_gelu(x):  # The tanh approximation (jax.nn.gelu's default).
-  return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+def np_gelu(x, xp=np):  # The tanh approximation (jax.nn.gelu's default).
+  return 0.5 * x * (1 + xp.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
-def np_attention(x_TxM, wq_HxMxK, wk_HxMxK, wv_HxMxV, wo_HxVxM, causal):
+def np_attention(x_TxM, wq_HxMxK, wk_HxMxK, wv_HxMxV, wo_HxVxM, causal, xp=np):
   """sum_h softmax(mask(x wq_h (x wk_h)^T / sqrt(K))) x wv_h [wo_h], one example."""
   n = x_TxM.shape[0]
   out = 0.0
@@ -93,8 +125,8 @@ def np_attention(x_TxM, wq_HxMxK, wk_HxMxK, wv_HxMxV, wo_HxVxM, causal):
     scores = (x_TxM @ wq_HxMxK[h]) @ (x_TxM @ wk_HxMxK[h]).T
     scores = scores / np.sqrt(wq_HxMxK.shape[-1])
     if causal:
-      scores = np.where(np.tril(np.ones((n, n), bool)), scores, -np.inf)
-    head = np_softmax(scores) @ x_TxM @ wv_HxMxV[h]
+      scores = xp.where(np.tril(np.ones((n, n), bool)), scores, -np.inf)
+    head = np_softmax(scores, xp) @ x_TxM @ wv_HxMxV[h]
     out = out + (head if wo_HxVxM is None else head @ wo_HxVxM[h])
   return out
 
@@ -102,6 +134,11 @@ def np_attention(x_TxM, wq_HxMxK, wk_HxMxK, wv_HxMxV, wo_HxVxM, causal):
 def np_model(params, spec, tokens_BxT):
   """The model of models.py, one example and one layer at a time, in float64."""
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  return np.stack([np_example(p, spec, tok) for tok in np.asarray(tokens_BxT)])
+
+
+def np_example(p, spec, tok_T, xp=np):
+  """Logits (T, C) of one example."""
   if spec.kind == "sparse":  # The same {0,1} weights in every layer.
     dense = sparse.to_dense(spec.sparse_ut, np.float64)
     weights = lambda l: (dense["wq"][0], dense["wk"][0], dense["wv"][0], None)
@@ -112,18 +149,16 @@ def np_model(params, spec, tokens_BxT):
         layers[k][l if lp > 1 else 0] if k in layers else None
         for k in ("wq", "wk", "wv", "wo"))
   ln = spec.variant != "attn"
-  outs = []
-  for tok in np.asarray(tokens_BxT):
-    z = p["embed"]["token"][tok] + p["embed"]["position"][:len(tok)]
-    for l in range(spec.num_layers):
-      a = np_attention(np_layer_norm(z) if ln else z, *weights(l), spec.causal)
-      z = z + a if ln else a
-      if spec.variant == "res_ln_mlp":
-        mlp = {k: v[l] for k, v in p["mlp"].items()}
-        hidden = np_gelu(np_layer_norm(z) @ mlp["w1"] + mlp["b1"])
-        z = z + hidden @ mlp["w2"] + mlp["b2"]
-    outs.append((np_layer_norm(z) if ln else z) @ p["unembed"])
-  return np.stack(outs)
+  norm = lambda z: np_layer_norm(z, xp=xp) if ln else z
+  z = p["embed"]["token"][tok_T] + p["embed"]["position"][:tok_T.shape[0]]
+  for l in range(spec.num_layers):
+    a = np_attention(norm(z), *weights(l), spec.causal, xp)
+    z = z + a if ln else a
+    if spec.variant == "res_ln_mlp":
+      mlp = {k: v[l] for k, v in p["mlp"].items()}
+      hidden = np_gelu(norm(z) @ mlp["w1"] + mlp["b1"][None], xp)
+      z = z + hidden @ mlp["w2"] + mlp["b2"][None]
+  return norm(z) @ p["unembed"]
 
 
 # ---------------------------------------------------------------------- tests
@@ -168,34 +203,81 @@ class ModelsTest(chex.TestCase):
       has_frozen = "frozen" in jax.tree.leaves(labels)
       self.assertEqual(has_frozen, kind == "random" or variant == "res_ln_mlp")
 
-  @parameterized.named_parameters(*COMBOS)
-  def test_apply_matches_numpy_reference(self, kind, variant):
-    spec = make_spec(kind, variant)
-    params, tokens = make_inputs(spec)
+  @parameterized.named_parameters(
+      dict(c, testcase_name=f"{c['testcase_name']}_{impl}", impl=impl)
+      for c in COMBOS for impl in ("reference", "xla_cpu"))
+  def test_apply_matches_numpy_reference(self, kind, variant, impl):
+    spec = make_spec(kind, variant, impl=impl)
+    params, tokens = make_inputs(make_spec(kind, variant))
     got = np.asarray(apply(params, spec, tokens))
     want = np_model(params, spec, tokens)
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
   @parameterized.product(
-      shape=[(1, 2, 3), (3, 2, 2), (2, 3, 2), (2, 1, 3)],
-      variant=models.VARIANTS, causal=[True, False])
-  def test_sparse_other_shapes_match_reference_and_flat_grads(self, shape, variant,
-                                                              causal):
-    """The string-major structured path against the numpy reference, and its
-    gradients against the flat (route_layer) path, beyond H = L = 2."""
-    h, num_layers, d = shape
+      shape=[(1, 2, 3, True), (3, 2, 2, False), (2, 3, 2, True),
+             (2, 1, 3, False)],
+      variant=models.VARIANTS)
+  def test_sparse_every_impl_and_gradient_matches_reference(self, shape,
+                                                            variant):
+    """Both sparse forwards (route_layer; per-level with folded LayerNorm) and
+    their gradients against the dense {0,1} reference, beyond H = L = 2."""
+    h, num_layers, d, causal = shape
     spec = make_spec("sparse", variant, num_heads=h, num_layers=num_layers,
                      width=d, causal=causal)
-    assert_matches_reference_and_plain_grads(spec, seed=1)
+    assert_impls_match_reference(spec, seed=1)
 
-  @parameterized.product(variant=models.VARIANTS, shared=[False, True],
-                         num_layers=[1, 3])
-  def test_random_first_layer_matches_reference_and_plain_grads(
-      self, variant, shared, num_layers):
-    """The random UT's first layer from its tables (`_random_first_layer`)
-    against the numpy reference, and its gradients against the plain layer."""
-    spec = make_spec("random", variant, shared=shared, num_layers=num_layers)
-    assert_matches_reference_and_plain_grads(spec, seed=4)
+  @parameterized.product(variant=models.VARIANTS,
+                         layers=[dict(shared=False, num_layers=1),
+                                 dict(shared=False, num_layers=3),
+                                 dict(shared=True, num_layers=3)])
+  def test_random_every_impl_and_gradient_matches_reference(self, variant,
+                                                            layers):
+    """Both random-UT forwards (xla_cpu: the first layer from its tables) and
+    their gradients against the reference."""
+    assert_impls_match_reference(make_spec("random", variant, **layers), seed=4)
+
+  @parameterized.parameters(*models.VARIANTS)
+  def test_trained_every_impl_and_gradient_matches_reference(self, variant):
+    assert_impls_match_reference(make_spec("trained", variant), seed=5)
+
+  def test_auto_impl_follows_the_backend(self):
+    want = "xla_cpu" if jax.default_backend() == "cpu" else "reference"
+    self.assertEqual(models.resolve_impl("auto"), want)
+    for impl in ("reference", "xla_cpu"):
+      self.assertEqual(models.resolve_impl(impl), impl)
+    with self.assertRaisesRegex(UserError, "impl='gpu'.*reference.*xla_cpu"):
+      models.resolve_impl("gpu")
+
+  def test_sparse_init_draws_in_the_old_block_order(self):
+    """The sparse kind's E, U and MLP are the numbers init drew before the
+    block order became (level, string, role): a seed keeps its model."""
+    h, num_layers, d = 2, 2, 4
+    spec = make_spec("sparse", "res_ln_mlp")
+    params = models.init(jax.random.PRNGKey(7), spec)
+    k_tok, _, k_u, _, _ = jax.random.split(jax.random.PRNGKey(7), 5)
+    m = spec.model_width
+    drawn_tok = np.asarray(jax.random.normal(k_tok, (VOCAB, m)))
+    drawn_u = np.asarray(jax.random.normal(k_u, (m, CLASSES))) / np.sqrt(m)
+    k1, _ = jax.random.split(jax.random.PRNGKey(spec.ut_seed + 1))
+    drawn_w1 = np.asarray(jax.random.normal(
+        k1, (num_layers, m, spec.mlp_hidden_width))) / np.sqrt(m)
+
+    def drawn_block(name):  # Level j: (s, every string), then (q h, every string).
+      j = len(name[-1])
+      level = sum((1 + h) * h**i for i in range(j))
+      role = 0 if name[0] == "s" else 1 + name[1]
+      string = int("".join(map(str, name[-1])) or "0", h)
+      return level + role * h**j + string
+
+    for i, name in enumerate(sparse.block_names(h, num_layers)):
+      new, old = slice(i * d, (i + 1) * d), slice(drawn_block(name) * d,
+                                                  (drawn_block(name) + 1) * d)
+      np.testing.assert_array_equal(params["embed"]["token"][:, new],
+                                    drawn_tok[:, old], err_msg=str(name))
+      np.testing.assert_allclose(params["unembed"][new], drawn_u[old],
+                                 rtol=1e-6, err_msg=str(name))
+      np.testing.assert_allclose(params["mlp"]["w1"][:, new], drawn_w1[:, old],
+                                 rtol=1e-6, err_msg=str(name))
 
   @parameterized.parameters("sparse", "random", "trained")
   def test_mlp_width_sets_hidden_width_and_matches_reference(self, kind):
@@ -230,32 +312,15 @@ class ModelsTest(chex.TestCase):
     got = apply(params, spec, tokens)
     np.testing.assert_allclose(np.asarray(got), np.stack(want), atol=1e-5, rtol=1e-4)
 
-  def test_level_stats_match_numpy_at_highest_precision(self):
-    rng = np.random.default_rng(0)
-    levels = [jnp.asarray(rng.normal(size=(2, 3, f)) * 5 + 2, jnp.float32)
-              for f in (4, 8, 16)]
-    mean, inv = models._level_stats(levels)  # pylint: disable=protected-access
-    z = np.concatenate([np.asarray(x, np.float64) for x in levels], -1)
-    np.testing.assert_allclose(mean[..., 0], z.mean(-1), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(inv[..., 0], 1 / np.sqrt(z.var(-1) + 1e-5),
-                               rtol=1e-5)
-    # Its row sums are matmuls: a default-precision one would round z to
-    # bfloat16 on TPU, where LayerNorm's reduce does not.
-    jaxpr = jax.make_jaxpr(models._level_stats)(levels)  # pylint: disable=protected-access
-    dots = [e for e in jaxpr.eqns if e.primitive.name == "dot_general"]
-    self.assertLen(dots, 2 * len(levels))
-    for e in dots:
-      self.assertEqual(e.params["precision"], (jax.lax.Precision.HIGHEST,) * 2)
-
   @parameterized.product(kind=("sparse", "random", "trained"),
-                         structured=(True, False))
-  def test_precision_reaches_every_matmul(self, kind, structured):
+                         impl=("reference", "xla_cpu"))
+  def test_precision_reaches_every_matmul(self, kind, impl):
     # On TPU/GPU a dot without it would round to bfloat16/TF32.
-    spec = make_spec(kind, "res_ln_mlp")
-    params, tokens = make_inputs(spec)
+    spec = make_spec(kind, "res_ln_mlp", impl=impl)
+    params, tokens = make_inputs(make_spec(kind, "res_ln_mlp"))
     highest = jax.lax.Precision.HIGHEST
     jaxpr = jax.make_jaxpr(lambda p: models.apply(
-        p, spec, tokens, precision=highest, structured=structured))(params)
+        p, spec, tokens, precision=highest))(params)
 
     def dots(jaxpr):
       for e in jaxpr.eqns:
@@ -300,6 +365,7 @@ class ModelsTest(chex.TestCase):
       ("zero_embed_scale", dict(embed_scale=0.0), "embed_scale"),
       ("nan_embed_scale", dict(embed_scale=float("nan")), "embed_scale"),
       ("text_embed_scale", dict(embed_scale="0.1"), "embed_scale"),
+      ("unknown_impl", dict(impl="gpu"), "impl='gpu'.*reference.*xla_cpu"),
   )
   def test_bad_spec_raises_user_error(self, overrides, name):
     kw = dict(kind="random", variant="attn")
@@ -307,6 +373,19 @@ class ModelsTest(chex.TestCase):
     kind, variant = kw.pop("kind"), kw.pop("variant")
     with self.assertRaisesRegex(UserError, name):
       make_spec(kind, variant, **kw)
+
+
+class ImplConfigTest(parameterized.TestCase):
+
+  def test_config_impl_reaches_the_spec_and_old_runs_read_as_auto(self):
+    config = dyck_config.get_config("smoke")
+    self.assertEqual(config.model.impl, "auto")
+    config.model.impl = "reference"
+    spec = train.model_spec(config, data_lib.make_task(config).info)
+    self.assertEqual(spec.impl, "reference")
+    recorded = json.loads(config.to_json_best_effort())
+    del recorded["model"]["impl"]  # A run recorded before model.impl.
+    self.assertEqual(train.stored_config(recorded)["model"]["impl"], "auto")
 
 
 class SparseRouteLayerTest(chex.TestCase):

@@ -4,6 +4,7 @@ import os
 import subprocess
 
 from absl.testing import absltest
+import pytest
 
 from ut.io import reports
 from ut.errors import UserError
@@ -27,6 +28,7 @@ class WriteTest(absltest.TestCase):
     self.assertEqual(os.listdir(tmp), ["table.csv"])
 
 
+@pytest.mark.slow  # Starts git.
 class GitCommitTest(absltest.TestCase):
 
   def test_regenerated_results_are_not_dirty_code_is(self):

@@ -1,4 +1,7 @@
-"""The `quick` profile of launch.reproduce: every results step runs end to end."""
+"""The `quick` profile of launch.reproduce: every results step runs end to end.
+
+ReproduceTest runs the command (and, through it, every step's command): slow.
+"""
 
 import json
 import os
@@ -8,6 +11,7 @@ import sys
 import time
 
 from absl.testing import absltest
+import pytest
 
 from configs import reproduce as reproduce_config
 from tests import cli_helpers
@@ -39,6 +43,7 @@ def pids_with_arg(arg):
   return pids
 
 
+@pytest.mark.slow
 class ReproduceTest(absltest.TestCase):
 
   def test_quick_profile_writes_every_result(self):
@@ -125,6 +130,14 @@ class ReproduceTest(absltest.TestCase):
   def test_unknown_profile_is_one_line(self):
     proc = reproduce(self.create_tempdir().full_path, profile="fast")
     cli_helpers.assert_one_line_error(self, proc, r"unknown profile 'fast'")
+
+
+class ProfileTest(absltest.TestCase):
+
+  def test_unknown_profile_is_a_user_error(self):
+    cli_helpers.assert_user_error(self, r"unknown profile 'fast'; use full or "
+                                  r"quick", reproduce_config.get_config, "fast")
+    self.assertEqual(reproduce_config.get_config("quick").profile, "quick")
 
 
 if __name__ == "__main__":

@@ -101,7 +101,6 @@ class StructuredPathTest(chex.TestCase):
       structured = self.variant(
           lambda e, x: sparse.sparse_apply(ut, e, x, causal=True,
                                            residual=residual))(embed, x)
-      from ut.core import transformer  # pylint: disable=g-import-not-at-top
       want = transformer.forward(dense, x, num_layers=num_layers, causal=True,
                                  residual=residual)
     chex.assert_trees_all_close(structured, want, atol=1e-12, rtol=1e-12)
@@ -178,19 +177,6 @@ class TargetApplyTest(parameterized.TestCase):
     np.testing.assert_allclose(
         y, reference.target_forward(w, x, causal=causal, residual=residual),
         atol=1e-12, rtol=0)
-
-  def test_row_max_is_max_for_every_width(self):
-    """`transformer.row_max` (halving; odd widths share a middle column)
-    against numpy's max, with -inf, ties and the maximum in every column."""
-    rng = np.random.default_rng(5)
-    row_max = jax.jit(transformer.row_max)
-    for width in range(1, 20):
-      x = rng.standard_normal((2, width + 1, width)).astype(np.float32)
-      x[0, :width] += 10 * np.eye(width)   # The maximum in each column once.
-      x[1, 0] = -np.inf
-      x[1, 1] = 3.0
-      np.testing.assert_array_equal(
-          np.asarray(row_max(x)), x.max(-1, keepdims=True))
 
   def test_sparse_refuses_per_layer_residual(self):
     _, target = make_target(1, num_heads=2, num_layers=2, width=2, causal=True,

@@ -4,7 +4,8 @@ with the argument `sparse`, 3 seeds of the sparse UT with res_ln_mlp; with
 whose loss becomes NaN, a healthy one, and a diverging target with its
 compiled-UT run; with `diverges_in_group`, a diverging and a healthy run in one
 shape group; with `long`, 2 runs of a million steps (for killing a sweep while
-it trains)."""
+it trains); with `hosts`, two shape groups of 3 and 2 runs, a diverging one
+among them (for a sweep over 4 devices in 2 processes)."""
 
 from configs import dyck
 
@@ -22,6 +23,12 @@ def sweep(add, arg=None):
   if arg == "diverges_in_group":  # One vmapped group; the first run diverges.
     for lr in (1e30, 1e-2):
       add("model=random,smoke,seed=0", **{"train.lr": lr})
+    return
+  if arg == "hosts":  # Each group pads to 4 runs; seed 2's loss becomes NaN.
+    for seed, lr in ((0, 1e-2), (1, 1e-2), (2, 1e30)):
+      add(f"model=random,smoke,seed={seed}", **{"train.lr": lr})
+    for seed in range(2):
+      add(f"model=trained,smoke,seed={seed}")
     return
   if arg == "long":
     for seed in range(2):

@@ -1,5 +1,11 @@
-"""Sweeps: 8 emulated devices give the same metrics as runs done one by one."""
+"""Sweeps: 8 emulated devices give the same metrics as runs done one by one.
 
+Tests that run `launch.sweep` as a subprocess are marked slow; the in-process
+ones check a vmapped group against single runs, and the worker heuristics of
+`ut.cpu.workers`.
+"""
+
+import contextlib
 import json
 import os
 import re
@@ -8,15 +14,19 @@ import subprocess
 import sys
 import time
 import types
+from unittest import mock
 
 from absl.testing import absltest
+import jax
 import numpy as np
+import pytest
 
 from tests import cli_helpers
 from tests import sweep_config
+from ut.cpu import workers
+from ut.errors import UserError
 from ut.experiments import sweep
 from ut.training import train
-from ut.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "tests", "sweep_config.py")
@@ -30,6 +40,13 @@ def run_sweep_cli(workdir, devices, arg=None, *flags):
       [sys.executable, "-m", "launch.sweep", f"--config={config}",
        f"--workdir={workdir}", *flags], cwd=ROOT, env=env, capture_output=True,
       text=True, timeout=600, check=False)
+
+
+def steps_evaluated(config):
+  """How many times a run of `config` is evaluated: every eval.every steps and
+  after the last."""
+  steps, every = config.train.steps, config.eval.every
+  return steps // every + (steps % every != 0)
 
 
 def _read(path):
@@ -48,6 +65,7 @@ def _alive(pid):
 
 class SweepTest(absltest.TestCase):
 
+  @pytest.mark.slow
   def test_eight_devices_match_one_by_one(self):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, devices=8)
@@ -86,15 +104,37 @@ class SweepTest(absltest.TestCase):
       config.model.ut_seed = ut_seed
       configs.append(config)
     self.assertEqual(sweep.group_key(configs[0]), sweep.group_key(configs[1]))
-    got = sweep.train_group(configs)
-    tmp = self.create_tempdir().full_path
-    for i, (config, result) in enumerate(zip(configs, got)):
-      want = train.train_and_evaluate(config, os.path.join(tmp, str(i)))
+    # The group and a single run go through the same loop, step, batches and
+    # evaluation (every eval.every steps, for each run).
+    shared = ("train_loop", "train_step", "train_batch", "held_out_metrics")
+    spies = {name: mock.patch.object(train, name, wraps=getattr(train, name))
+             for name in shared}
+    calls = {}
+    with contextlib.ExitStack() as stack:
+      spied = {name: stack.enter_context(p) for name, p in spies.items()}
+      got = sweep.train_group(configs)
+      calls["group"] = {name: spied[name].call_count for name in shared}
+      for spy in spied.values():
+        spy.reset_mock()
+      tmp = self.create_tempdir().full_path
+      wants = [train.train_and_evaluate(config, os.path.join(tmp, str(i)))
+               for i, config in enumerate(configs)]
+      calls["single"] = {name: spied[name].call_count for name in shared}
+    for path in ("group", "single"):
+      for name in shared:
+        self.assertGreater(calls[path][name], 0, (path, name))
+    steps, evals = configs[0].train.steps, steps_evaluated(configs[0])
+    padded = len(configs) + -len(configs) % jax.device_count()
+    self.assertEqual(calls["group"]["train_batch"], steps * padded)
+    self.assertEqual(calls["group"]["held_out_metrics"], evals * len(configs))
+    self.assertEqual(calls["single"]["held_out_metrics"], evals * len(configs))
+    for i, (result, want) in enumerate(zip(got, wants)):
       np.testing.assert_allclose(result["param_checksum"], want["param_checksum"],
                                  rtol=1e-5, err_msg=str(i))
       np.testing.assert_allclose(result["final_train_loss"],
                                  want["final_train_loss"], rtol=1e-4, err_msg=str(i))
 
+  @pytest.mark.slow
   def test_restart_skips_finished_runs(self):
     # The sparse kind with res_ln_mlp, vmapped on a 1-device mesh.
     tmp = self.create_tempdir().full_path
@@ -121,6 +161,7 @@ class SweepTest(absltest.TestCase):
       self.assertEqual(os.path.getmtime(os.path.join(tmp, "runs", n,
                                                      "metrics.json")), mtime)
 
+  @pytest.mark.slow
   def test_runs_recorded_with_another_config(self):
     """An older record lacking a field added since counts as done; one whose
     config differs stops the sweep with a one-line error naming the field."""
@@ -148,6 +189,7 @@ class SweepTest(absltest.TestCase):
     self.assertEqual([r["seeds"] for r in table["rows"]], [2])  # One cell.
     self.assertEqual(table["missing_runs"], [runs[2][0]])
 
+  @pytest.mark.slow
   def test_workers_share_the_runs(self):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, 1, "kinds", "--workers=2")
@@ -174,6 +216,7 @@ class SweepTest(absltest.TestCase):
       np.testing.assert_allclose(got["eval_loss"], want["eval_loss"], rtol=1e-4,
                                  err_msg=name)
 
+  @pytest.mark.slow
   def test_workers_stop_when_the_sweep_is_killed(self):
     tmp = self.create_tempdir().full_path
     log = os.path.join(tmp, "stderr.txt")
@@ -235,15 +278,15 @@ class SweepTest(absltest.TestCase):
 
   def test_worker_cpus_split_the_cpus(self):
     cpus = {0, 1, 2, 3, 4}
-    shares = [sweep.worker_cpus(i, 2, cpus) for i in range(2)]
+    shares = [workers.worker_cpus(i, 2, cpus) for i in range(2)]
     self.assertEqual(shares, [{0, 1, 2}, {3, 4}])
-    self.assertEqual([sweep.worker_cpus(i, 3, {0, 1}) for i in range(3)],
+    self.assertEqual([workers.worker_cpus(i, 3, {0, 1}) for i in range(3)],
                      [{0}, {1}, {0}])  # More workers than CPUs: round robin.
-    self.assertLessEqual(sweep.worker_cpus(0, 1), os.sched_getaffinity(0))
+    self.assertLessEqual(workers.worker_cpus(0, 1), os.sched_getaffinity(0))
 
   def test_cost_proxy_orders_by_size(self):
     configs = dict(sweep.collect_runs(sweep_config, "kinds"))
-    cost = {name.split("_")[0]: sweep.cost_proxy(c) for name, c in configs.items()}
+    cost = {name.split("_")[0]: sweep.run_cost(c) for name, c in configs.items()}
     self.assertGreater(cost["model=sparse"], cost["model=random"])
     self.assertGreater(cost["model=random"], cost["model=trained"])
 
@@ -273,10 +316,13 @@ class SweepTest(absltest.TestCase):
   def test_workers_split_memory_bound_and_other_runs(self):
     units = [[run] for run in sweep.collect_runs(sweep_config, "kinds")]
     kinds = lambda order: [u[0][1].model.kind for u in order]
-    size = lambda order: [sweep.cost_proxy(u[0][1]) for u in order]
-    alone = sweep.worker_order(units, 0, 1)
+    size = lambda order: [sweep.run_cost(u[0][1]) for u in order]
+    order = lambda index, count: workers.worker_order(
+        units, index, count, cost=lambda u: sweep.run_cost(u[0][1]),
+        memory_bound=lambda u: workers.memory_bound(u[0][1].model.kind))
+    alone = order(0, 1)
     self.assertEqual(size(alone), sorted(size(units), reverse=True))
-    even, odd = sweep.worker_order(units, 2, 4), sweep.worker_order(units, 1, 4)
+    even, odd = order(2, 4), order(1, 4)
     num_sparse = kinds(units).count("sparse")
     self.assertGreater(num_sparse, 0)
     self.assertLess(num_sparse, len(units))
@@ -288,6 +334,7 @@ class SweepTest(absltest.TestCase):
       for part in (order[:split], order[split:]):
         self.assertEqual(size(part), sorted(size(part), reverse=True))
 
+  @pytest.mark.slow
   def test_compiled_rows_reuse_the_trained_run(self):
     tmp = self.create_tempdir().full_path
     config = (os.path.join(ROOT, "configs", "dyck_table.py") +
@@ -311,6 +358,7 @@ class SweepTest(absltest.TestCase):
           self.assertEqual(got["target_accuracy"], json.load(f)["eval_accuracy"])
         self.assertFalse(os.path.exists(os.path.join(tmp, "runs", name, "target")))
 
+  @pytest.mark.slow
   def test_a_diverged_run_is_recorded_and_the_sweep_goes_on(self):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, 1, "diverges")
@@ -336,6 +384,7 @@ class SweepTest(absltest.TestCase):
     healthy = [r for (kind, lr), r in rows.items() if kind == "trained" and lr < 1]
     self.assertTrue(np.isfinite(healthy[0]["accuracy_mean"]))
 
+  @pytest.mark.slow
   def test_a_diverged_run_in_a_vmapped_group_is_recorded(self):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, 1, "diverges_in_group", "--batching=vmap")
@@ -372,6 +421,7 @@ class SweepTest(absltest.TestCase):
     with self.assertRaisesRegex(UserError, r"seeds=0; use 1 or more"):
       sweep.collect_runs(table, "smoke,seeds=0")
 
+  @pytest.mark.slow
   def test_workers_must_be_positive(self):
     proc = run_sweep_cli(self.create_tempdir().full_path, 1, "kinds",
                          "--workers=0")

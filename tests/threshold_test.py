@@ -14,6 +14,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import numpy as np
+import pytest
 
 from configs import threshold as threshold_config
 from tests import cli_helpers
@@ -36,14 +37,22 @@ def run_threshold(workdir, *overrides):
                         timeout=300, check=False)
 
 
-class CommandTest(absltest.TestCase):
-  """One smoke run of the command; its outputs are checked, then kept."""
+def run_in_process(workdir, **fields):
+  """What launch.threshold does, in this process (float64, as the command)."""
+  config = threshold_config.get_config("smoke")
+  config.update(fields)
+  with jax.enable_x64(True):
+    return threshold.run(config, workdir)
+
+
+class RunTest(absltest.TestCase):
+  """One smoke run of the experiment; its outputs are checked, then kept."""
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
     cls.workdir = tempfile.mkdtemp()
-    cls.proc = run_threshold(cls.workdir)
+    run_in_process(cls.workdir)
 
   @classmethod
   def tearDownClass(cls):
@@ -52,7 +61,6 @@ class CommandTest(absltest.TestCase):
 
   def setUp(self):
     super().setUp()
-    self.assertEqual(self.proc.returncode, 0, self.proc.stderr[-3000:])
     with open(os.path.join(self.workdir, "threshold.json")) as f:
       self.report = json.load(f)
 
@@ -90,31 +98,58 @@ class CommandTest(absltest.TestCase):
     self.assertIn("git_commit", prov)
     self.assertEqual(prov["config"]["num_targets"],
                      threshold_config.get_config("smoke").num_targets)
-    self.assertIn("N-1", self.proc.stdout)
     self.assertFalse([p for p in os.listdir(self.workdir) if p.endswith(".tmp")])
 
   def test_refuses_to_overwrite(self):
     path = os.path.join(self.workdir, "threshold.json")
     before = open(path, "rb").read()
-    proc = run_threshold(self.workdir)
-    cli_helpers.assert_one_line_error(self, proc,
-                                      r"threshold.csv already exists.*overwrite")
+    cli_helpers.assert_user_error(self, r"threshold.csv already exists.*overwrite",
+                                  run_in_process, self.workdir)
     self.assertEqual(open(path, "rb").read(), before)
+
+
+@pytest.mark.slow
+class CommandTest(absltest.TestCase):
+  """The command end to end: its table, its files, and no overwriting."""
+
+  def test_prints_the_table_writes_files_and_keeps_them(self):
+    workdir = self.create_tempdir().full_path
+    proc = run_threshold(workdir)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    self.assertIn("N-1", proc.stdout)
+    self.assertIn(f"wrote {workdir}/threshold.csv, .json and .png", proc.stdout)
+    with open(os.path.join(workdir, "threshold.json")) as f:
+      report = json.load(f)
+    self.assertLen(report["summary"],
+                   len(threshold_config.get_config("smoke").grid))
+    self.assertTrue(os.path.exists(os.path.join(workdir, "threshold.png")))
+    before = open(os.path.join(workdir, "threshold.json"), "rb").read()
+    cli_helpers.assert_one_line_error(self, run_threshold(workdir),
+                                      r"threshold.csv already exists.*overwrite")
+    self.assertEqual(open(os.path.join(workdir, "threshold.json"), "rb").read(),
+                     before)
+
+  def test_bad_override_is_one_line_error(self):
+    workdir = self.create_tempdir().full_path
+    cli_helpers.assert_one_line_error(
+        self, run_threshold(workdir, "--config.grid=(1, 2, 4)"),
+        r"grid entry 1 must be")
+    self.assertEmpty(os.listdir(workdir))
 
 
 class BadInputTest(parameterized.TestCase):
 
-  @parameterized.parameters(("--config.grid=((2, 0, 4),)", r"L=0 must be a positive"),
-                            ("--config.grid=((2, 2),)", r"must be \(H, L, d\)"),
-                            ("--config.grid=(1, 2, 4)", r"grid entry 1 must be"),
-                            ("--config.grid=()", r"grid is empty"),
-                            ("--config.seed=-1", r"config.seed=-1 must be a "
+  @parameterized.parameters((dict(grid=((2, 0, 4),)), r"L=0 must be a positive"),
+                            (dict(grid=((2, 2),)), r"must be \(H, L, d\)"),
+                            (dict(grid=(1, 2, 4)), r"grid entry 1 must be"),
+                            (dict(grid=()), r"grid is empty"),
+                            (dict(seed=-1), r"config.seed=-1 must be a "
                              r"non-negative integer"),
-                            ("--config.ratios=(0.5, -1.0)", r"ratios=.*positive"))
-  def test_one_line_error(self, override, pattern):
+                            (dict(ratios=(0.5, -1.0)), r"ratios=.*positive"))
+  def test_one_line_error(self, fields, pattern):
     workdir = self.create_tempdir().full_path
-    cli_helpers.assert_one_line_error(self, run_threshold(workdir, override),
-                                      pattern)
+    cli_helpers.assert_user_error(self, pattern, run_in_process, workdir,
+                                  **fields)
     self.assertEmpty(os.listdir(workdir))
 
 

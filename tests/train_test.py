@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs import cpu as cpu_config
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
@@ -219,6 +220,90 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertEqual(train.default_microbatches(30, 32, sparse_k4), 15)
     self.assertEqual(train.default_microbatches(2, 128, sparse_k4), 2)
 
+  def test_whole_batch_off_cpu(self):
+    sparse_k4 = models.ModelSpec("sparse", "res_ln", 6, 32, 4, num_layers=5,
+                                 width=32)
+    with mock.patch.object(jax, "default_backend", return_value="cpu"):
+      self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 16)
+    with mock.patch.object(jax, "default_backend", return_value="gpu"):
+      self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 1)
+
+  @parameterized.named_parameters(("auto", "auto", None), ("two", "2", 2))
+  def test_cpu_microbatches_reach_the_step(self, value, parts):
+    config = smoke_config(arg="model=random")  # Batch 8: 1 part by default.
+    self.assertIsNone(train.step_microbatches(config))  # No cpu section.
+    cpu_config.overlay(config).cpu.microbatches = value
+    self.assertEqual(train.step_microbatches(config), parts)
+    task = data_lib.make_task(config)
+    spec = train.model_spec(config, task.info)
+    state, tx, _ = train.init_state(config, spec)
+    step = train.make_step(config, spec, tx)[0]
+    with mock.patch.object(train, "grad_sums", wraps=train.grad_sums) as sums:
+      step(state, train.train_batch(config, task, 0))
+    self.assertEqual([c.kwargs["microbatches"] for c in sums.call_args_list],
+                     [] if parts is None else [parts])
+
+  @parameterized.named_parameters(
+      ("zero", "0", r"config.cpu.microbatches='0'; use auto or a positive"),
+      ("word", "all", r"config.cpu.microbatches='all'; use auto"),
+      ("negative", "-2", r"config.cpu.microbatches='-2'; use auto"),
+      ("not_a_divisor", "3",
+       r"config.cpu.microbatches=3 must divide the 8 strings of each step's "
+       r"batch on a device \(config.train.batch_size=8\)"))
+  def test_bad_cpu_microbatches_is_one_line_error(self, value, pattern):
+    config = cpu_config.overlay(smoke_config())
+    config.cpu.microbatches = value
+    workdir = os.path.join(self.create_tempdir().full_path, "run")
+    cli_helpers.assert_user_error(self, pattern, train.train_and_evaluate,
+                                  config, workdir)
+    self.assertFalse(os.path.exists(workdir))
+
+  def test_stored_config_drops_host_settings_and_removed_fields(self):
+    config = json.loads(cpu_config.overlay(smoke_config()).to_json_best_effort())
+    want = json.loads(smoke_config().to_json_best_effort())
+    self.assertIn("cpu", config)
+    self.assertEqual(train.stored_config(config), want)
+    for ynn in (True, False):  # As runs recorded before configs/cpu.py.
+      old = json.loads(json.dumps(want))
+      old["train"]["ynn_fusions"] = ynn
+      self.assertEqual(train.stored_config(old), want)
+
+  def test_run_recorded_with_train_ynn_fusions_resumes(self):
+    workdir = self.create_tempdir().full_path
+    first = train.train_and_evaluate(smoke_config(steps=2), workdir)
+    # config.json as runs recorded it before the CPU overlay (configs/cpu.py).
+    path = os.path.join(workdir, "config.json")
+    old = read_json(path)
+    self.assertNotIn("ynn_fusions", old["train"])
+    old["train"]["ynn_fusions"] = True
+    with open(path, "w") as f:
+      json.dump(old, f)
+    # Resumed as launch.train runs it on CPU: nothing left but the evaluation.
+    again = train.train_and_evaluate(
+        cpu_config.overlay(smoke_config(steps=2)), workdir)
+    for key in FINAL_KEYS:
+      self.assertEqual(again[key], first[key], key)
+    self.assertNotIn("ynn_fusions", train.load_config(workdir).train)
+    # A field of the run still has to match.
+    cli_helpers.assert_user_error(self, r"differs in train.lr\)",
+                                  train.train_and_evaluate,
+                                  smoke_config(steps=2, lr=0.5), workdir)
+
+  def test_sparse_run_saved_before_the_block_order_is_refused(self):
+    workdir = self.create_tempdir().full_path
+    config = smoke_config(steps=2)
+    self.assertEqual(config.model.kind, "sparse")
+    train.train_and_evaluate(config, workdir)
+    path = os.path.join(workdir, "config.json")
+    old = read_json(path)
+    del old["model"]["impl"]  # As sparse runs recorded it before the redesign.
+    with open(path, "w") as f:
+      json.dump(old, f)
+    for fn, args in ((train.train_and_evaluate, (config, workdir)),
+                     (train.load_config, (workdir,))):
+      cli_helpers.assert_user_error(self, r"block order used before the redesign",
+                                    fn, *args)
+
   def test_two_runs_are_identical(self):
     config = smoke_config()
     dirs = [self.create_tempdir().full_path for _ in range(2)]
@@ -398,7 +483,7 @@ class CommandLineTest(parameterized.TestCase):
     if cores > 1:  # One device on several cores: the log says how to use them.
       self.assertIn(f"--cpu_devices={cores}` splits each batch", proc.stderr)
     proc = run_train(two, *overrides, "--cpu_devices=2",  # Data parallel.
-                     "--config.train.ynn_fusions=False", config=config)
+                     "--config.cpu.ynn_fusions=False", config=config)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     want = read_json(os.path.join(one, "metrics.json"))
     got = read_json(os.path.join(two, "metrics.json"))

@@ -14,12 +14,12 @@ def _check(num_heads, num_layers, width):
       raise UserError(f"{name}={v!r} must be a positive integer")
 
 
-def num_strings(num_heads, max_len):
+def num_strings(num_heads: int, max_len: int) -> int:
   """How many strings over H symbols have length <= max_len."""
   return sum(num_heads**j for j in range(max_len + 1))
 
 
-def sparse_width(num_heads, num_layers, width):
+def sparse_width(num_heads: int, num_layers: int, width: int) -> int:
   """Width m of the tree-routing UT (DESIGN §3).
 
   H = 1: (2L + 1) d;  H >= 2: d [(H^{L+1} - 1)/(H - 1) + H (H^L - 1)/(H - 1)].
@@ -30,8 +30,9 @@ def sparse_width(num_heads, num_layers, width):
   return width * (state_blocks + query_blocks)
 
 
-def random_threshold(num_heads, num_layers, width, head_width=None,
-                     out_width=None, *, residual=False, shared=False):
+def random_threshold(num_heads: int, num_layers: int, width: int,
+                     head_width: int | None = None, out_width: int | None = None,
+                     *, residual: bool = False, shared: bool = False) -> int:
   """N, the number of linear conditions on E: a Gaussian UT is exact iff m >= N.
 
   Attention-only (DESIGN §2): N = 2 k_u (H + ... + H^L) + d_out H^L.
@@ -50,7 +51,7 @@ def random_threshold(num_heads, num_layers, width, head_width=None,
   return 2 * k * h * sum((h + 1)**l for l in range(L)) + o * (h + 1)**L
 
 
-def lower_bound(num_heads, num_layers):
+def lower_bound(num_heads: int, num_layers: int) -> float:
   """Theorem 4.1: attention-matching simulation needs m >= H^L / 2 (H >= 2).
 
   It holds even for input width d = 1; for H = 1 it is trivial.

@@ -45,7 +45,8 @@ def _program(embed, target):
   return dict(embed=embed, readout=np.asarray(target.wu, np.float64))
 
 
-def compile_sparse(ut, target):
+def compile_sparse(ut: sparse.SparseUT, target: targets_lib.Target
+                   ) -> tuple[dict[str, np.ndarray], CompileReport]:
   """Fills the blocks of E for the tree-routing UT (DESIGN §3)."""
   start = time.perf_counter()
   h, num_layers, d = target.num_heads, target.num_layers, target.width
@@ -106,7 +107,8 @@ def _with_identity(stack, residual):
   return np.concatenate([np.eye(stack.shape[-1])[None], stack], axis=0)
 
 
-def linear_system(ut, target):
+def linear_system(ut: dict[str, np.ndarray], target: targets_lib.Target
+                  ) -> tuple[np.ndarray, np.ndarray]:
   """Builds A (m, N) and Y (d, N) of the conditions (Q), (K), (O)."""
   wq, wk, wv, unembed = (np.asarray(ut[key], np.float64)
                          for key in ("wq", "wk", "wv", "unembed"))
@@ -173,7 +175,9 @@ def _lstsq(a, b):
   return jnp.linalg.lstsq(a, b, rcond=None)
 
 
-def compile_random(ut, target, *, exact_tol=1e-9):
+def compile_random(ut: dict[str, np.ndarray], target: targets_lib.Target, *,
+                   exact_tol: float = 1e-9
+                   ) -> tuple[dict[str, np.ndarray], CompileReport]:
   """Least-squares E for a Gaussian UT, in float64 (DESIGN §4).
 
   Returns (program, CompileReport). When m < N the system is overdetermined: E is
@@ -205,8 +209,10 @@ def compile_random(ut, target, *, exact_tol=1e-9):
   return _program(embed, target), report
 
 
-def smallest_exact_width(target, *, seed=0, lo=1, hi=None, shared=False,
-                         exact_tol=1e-9):
+def smallest_exact_width(target: targets_lib.Target, *, seed: int = 0,
+                         lo: int = 1, hi: int | None = None,
+                         shared: bool = False,
+                         exact_tol: float = 1e-9) -> tuple[int, int]:
   """Binary search for the smallest m at which the random compiler is exact.
 
   Each probe draws a Gaussian UT of width m (same seed) and compiles; exactness

@@ -19,6 +19,7 @@ with exactly these keys (optional ones have the defaults shown):
   wu (d, d_out) = identity;  causal () = 1;  residual () = 0.
 """
 
+from collections.abc import Sequence
 import os
 
 import flax.struct
@@ -44,36 +45,36 @@ class Target:
   residual: bool = flax.struct.field(pytree_node=False, default=False)
 
   @property
-  def num_layers(self):
+  def num_layers(self) -> int:
     return self.wq.shape[-4]
 
   @property
-  def num_heads(self):
+  def num_heads(self) -> int:
     return self.wq.shape[-3]
 
   @property
-  def width(self):
+  def width(self) -> int:
     return self.wq.shape[-2]
 
   @property
-  def head_width(self):
+  def head_width(self) -> int:
     return self.wq.shape[-1]
 
   @property
-  def out_width(self):
+  def out_width(self) -> int:
     return self.wu.shape[-1]
 
   @property
-  def looped(self):
+  def looped(self) -> bool:
     """True when every layer has the same weights (checked on the values)."""
     return all(bool(np.all(np.asarray(w)[:1] == np.asarray(w)))
                for w in (self.wq, self.wk, self.wv, self.wo))
 
-  def astype(self, dtype):
+  def astype(self, dtype: jax.typing.DTypeLike) -> "Target":
     return jax.tree.map(lambda a: np.asarray(a, dtype), self)
 
 
-def check_grid(grid):
+def check_grid(grid: Sequence[Sequence[int]]) -> None:
   """Raises UserError unless `grid` is a non-empty sequence of (H, L, d)."""
   if not grid:
     raise UserError("grid is empty; give (H, L, d) entries, e.g. ((1, 2, 4),)")
@@ -84,22 +85,24 @@ def check_grid(grid):
     check_positive(H=entry[0], L=entry[1], d=entry[2])
 
 
-def check_seed(seed, name="seed"):
+def check_seed(seed: int, name: str = "seed") -> None:
   """Raises UserError unless `seed` is a non-negative integer (numpy's rule)."""
   if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
     raise UserError(f"{name}={seed!r} must be a non-negative integer, e.g. {name}=0")
 
 
-def check_positive(**sizes):
+def check_positive(**sizes: int) -> None:
   """Raises UserError unless every named size is a positive integer."""
   for name, value in sizes.items():
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
       raise UserError(f"{name}={value!r} must be a positive integer, e.g. {name}=2")
 
 
-def init(key, *, num_heads, num_layers, width, head_width=None,
-         value_width=None, out_width=None, causal=True, looped=False,
-         residual=False, dtype=jnp.float32):
+def init(key: jax.Array, *, num_heads: int, num_layers: int, width: int,
+         head_width: int | None = None, value_width: int | None = None,
+         out_width: int | None = None, causal: bool = True,
+         looped: bool = False, residual: bool = False,
+         dtype: jax.typing.DTypeLike = jnp.float32) -> Target:
   """Random target with weights scaled so that activations stay O(1)."""
   head_width = width if head_width is None else head_width
   value_width = width if value_width is None else value_width
@@ -125,7 +128,8 @@ def init(key, *, num_heads, num_layers, width, head_width=None,
                 residual=residual)
 
 
-def apply(target, x_BxTxd, *, precision=transformer.HIGHEST):
+def apply(target: Target, x_BxTxd: jax.typing.ArrayLike, *,
+          precision: jax.lax.PrecisionLike = transformer.HIGHEST) -> jax.Array:
   """T(X) for X of shape (B, T, d); returns (B, T, d_out)."""
   params = dict(wq=target.wq, wk=target.wk, wv=target.wv, wo=target.wo,
                 readout=target.wu)
@@ -134,19 +138,19 @@ def apply(target, x_BxTxd, *, precision=transformer.HIGHEST):
                              precision=precision)
 
 
-def bilinear_forms(target):
+def bilinear_forms(target: Target) -> np.ndarray:
   """B[l, h] = wq wk^T / sqrt(k): (L, H, d, d), float64 numpy."""
   wq, wk = np.asarray(target.wq, np.float64), np.asarray(target.wk, np.float64)
   return np.einsum("lhik,lhjk->lhij", wq, wk) / np.sqrt(wq.shape[-1])
 
 
-def value_maps(target):
+def value_maps(target: Target) -> np.ndarray:
   """V[l, h] = wv wo: (L, H, d, d), float64 numpy."""
   wv, wo = np.asarray(target.wv, np.float64), np.asarray(target.wo, np.float64)
   return np.einsum("lhiv,lhvj->lhij", wv, wo)
 
 
-def save(path, target):
+def save(path: str, target: Target) -> None:
   """Writes the documented `.npz` format."""
   np.savez(path, wq=np.asarray(target.wq), wk=np.asarray(target.wk),
            wv=np.asarray(target.wv), wo=np.asarray(target.wo),
@@ -164,7 +168,7 @@ def _flag(z, key, default, path):
   return bool(value.item())
 
 
-def load(path):
+def load(path: str) -> Target:
   """Reads and validates a target `.npz`; returns a float64 numpy `Target`."""
   if not os.path.isfile(path):
     raise UserError(f"target file {path!r} does not exist; pass an .npz with keys "
@@ -216,7 +220,7 @@ def load(path):
                 residual=_flag(z, "residual", False, path))
 
 
-def load_inputs(path, width):
+def load_inputs(path: str, width: int) -> np.ndarray:
   """Reads and validates an input array X of shape (B, n, width)."""
   if not os.path.isfile(path):
     raise UserError(f"inputs file {path!r} does not exist; pass a .npy of shape "

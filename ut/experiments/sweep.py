@@ -10,17 +10,22 @@ A config file may define `sweep(add)`; each `add(arg, **overrides)` is one run:
       add(f"model=random,seed={seed}", **{"train.lr": 1e-2})
 
 Runs whose configs differ only in `seed`, `train.lr` and `model.ut_seed` share
-every shape; such a group trains as one program: the train step is vmapped over
-runs, and the run axis is sharded over all devices with a NamedSharding mesh
-(several CPU devices, a GPU or TPU host alike). On a single CPU device runs go
-one after another by default, which measures faster there (`use_vmap`). Each run writes
-runs/<name>/metrics.json; a restarted sweep skips runs that have one. The
-aggregate table has mean ± std (ddof=1) over seeds.
+every shape; such a group trains as one program (`train_group`): the train
+step is vmapped over runs, and the run axis is sharded over all devices with a
+NamedSharding mesh (several CPU devices, a GPU or TPU host alike). A group and
+a single run share one loop, step, batch and evaluation
+(`ut.training.train.train_loop`). On a single CPU device runs go one after
+another by default (`use_vmap`). Each run writes runs/<name>/metrics.json; a
+restarted sweep skips runs that have one. The aggregate table has mean ± std
+(ddof=1) over seeds.
 
-Multi-host: call `jax.distributed.initialize()` first in every process (see
-README); jax.devices() then spans all hosts and the mesh shards runs across
-them. Each host generates the batches of every run (they are tiny), and only
-process 0 writes files.
+Multi-host: call `jax.distributed.initialize()` first in every process
+(`launch.sweep --distributed`); jax.devices() then spans all hosts and the
+mesh shards each group's runs across them. Every process generates the
+batches of every run (they are tiny) and places its own devices' share; only
+process 0 reads and writes the workdir (it tells the others which runs are
+done), so the hosts need not share a filesystem. Compiled-UT runs are left to
+a one-process rerun of the same command.
 """
 
 import functools
@@ -35,15 +40,17 @@ import time
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from ut.training import trained_to_ut as compiled
-from ut.training import data as data_lib
-from ut.io import reports
-from ut.training import train
+from ut.cpu import workers
 from ut.errors import UserError
+from ut.io import reports
+from ut.training import data as data_lib
+from ut.training import train
+from ut.training import trained_to_ut as compiled
 
 BATCHED_KEYS = ("seed", "train.lr", "model.ut_seed")
 # Compiled-UT runs join the group of the model they compile, after it trains.
@@ -122,67 +129,75 @@ def _stack(trees):
   return jax.tree.map(lambda *a: np.stack(a), *trees)
 
 
-def train_group(configs, *, log_every=None):
+def train_group(configs):
   """Trains R runs of one shape group at once; returns one metrics dict per run.
 
-  The runs, not each run's batch, are spread over the devices:
-  config.train.data_parallel does not apply here (config.train.ynn_fusions
-  does)."""
+  The same loop as one run's (`train.train_loop`), over a vmap of the same
+  `train.train_step`, the same batches (`train.train_batch`) and the same
+  evaluation (`train.held_out_metrics`), with no checkpoints: a run's result
+  is recorded when the group finishes. The runs, not each run's batch, are
+  spread over all devices of all processes, padded to a multiple of their
+  number: config.train.data_parallel does not apply here
+  (config.train.ynn_fusions does). Every process runs this alike and ends with
+  every run's results."""
   first = configs[0]
   task = data_lib.make_task(first)
   spec = train.model_spec(first, task.info)
-  num_devices = jax.device_count()
-  runs = list(configs) + [configs[-1]] * (-len(configs) % num_devices)  # Pad.
+  mesh = jax.make_mesh((jax.device_count(),), ("runs",))
+  runs = list(configs) + [configs[-1]] * (-len(configs) % mesh.size)  # Pad.
   # Each run's own spec: runs of a group may differ in model.ut_seed, which
   # draws the frozen weights (`models.init`); the shapes are the same.
   states = [train.init_state(c, train.model_spec(c, task.info))[0] for c in runs]
   tx, _ = train.make_optimizer(first, states[0].params, spec)
-  mesh = jax.make_mesh((num_devices,), ("runs",))
   shard = NamedSharding(mesh, P("runs"))
-  state = jax.device_put(_stack(states), shard)
+  # Metrics are copied to every device, so that every process reads them all.
   step_fn = jax.jit(jax.vmap(functools.partial(train.train_step, spec=spec, tx=tx)),
-                    in_shardings=(shard, shard), out_shardings=(shard, shard),
+                    in_shardings=(shard, shard),
+                    out_shardings=(shard, NamedSharding(mesh, P())),
                     donate_argnums=0, **train.compiler_options(first))
-  steps = first.train.steps
-  log_every = log_every or first.train.log_every
-  start = time.perf_counter()
-  last_loss = np.full(len(runs), np.nan)
-  diverged = {}  # Run index -> diagnosis. The others train on: runs are independent.
-  for step in range(steps):
-    batch = _stack([train.train_batch(c, task, step) for c in runs])
-    state, metrics = step_fn(state, jax.device_put(batch, shard))
-    loss = np.asarray(metrics["loss"])
-    for i, config in enumerate(configs):
-      if i not in diverged and not np.isfinite(loss[i]):
-        diverged[i] = (f"loss became {loss[i]} at step {step + 1} (last finite "
-                       f"loss {last_loss[i]}, lr {config.train.lr}); lower its lr")
-        logging.warning("run %d of the group (seed %d) diverged: %s", i,
-                        config.seed, diverged[i])
-    last_loss = np.where(np.isfinite(loss), loss, last_loss)
-    if len(diverged) == len(configs):
-      break
-    if (step + 1) % log_every == 0 or step + 1 == steps:
-      rate = (step + 1) / (time.perf_counter() - start)
-      logging.info("group of %d runs on %d device(s): step %d/%d mean loss %.4f |"
-                   " %.1f steps/s, ETA %.0fs", len(configs), num_devices, step + 1,
-                   steps, float(np.mean([loss[i] for i in range(len(configs))
-                                         if i not in diverged])), rate,
-                   (steps - step - 1) / rate)
-  params = jax.device_get(state.params)
-  results = []
-  for i, config in enumerate(configs):
-    if i in diverged:  # Recorded as `_train_one` records a diverged run.
-      results.append(dict(eval_accuracy=math.nan, diverged=diverged[i],
-                          task=config.task, kind=spec.kind, variant=spec.variant))
-      continue
-    p = jax.tree.map(lambda a, i=i: a[i], params)
-    ev = train.held_out_metrics(p, spec, train.eval_batches(config, task))
-    results.append(dict(step=steps, eval_accuracy=ev["accuracy"],
-                        eval_loss=ev["loss"], final_train_loss=float(last_loss[i]),
-                        param_checksum=train.param_checksum(p), task=config.task,
-                        kind=spec.kind, variant=spec.variant,
-                        model_width=spec.model_width))
-  return results
+  held_out = [train.eval_batches(c, task) for c in configs]
+
+  def evaluate(state, indices):
+    params = _fetch(state.params)
+    return {i: train.held_out_metrics(_run(params, i), spec, held_out[i])
+            for i in indices}
+
+  result = train.train_loop(
+      _place(_stack(states), shard), step_fn,
+      lambda step: _place(_stack([train.train_batch(c, task, step)
+                                  for c in runs]), shard),
+      configs, evaluate=evaluate,
+      name=f"group of {len(configs)} runs on {mesh.size} device(s)")
+  params = _fetch(result.state.params)
+  return [_diverged(config, result.diverged[i]) if i in result.diverged
+          else train.run_summary(config, spec, _run(params, i), result, i,
+                                 task)
+          for i, config in enumerate(configs)]
+
+
+def _place(tree, sharding):
+  """Host arrays, the same in every process, as global arrays laid out by
+  `sharding`: each process places only its own devices' shards."""
+  return jax.tree.map(lambda a: jax.make_array_from_callback(
+      a.shape, sharding, lambda index: a[index]), tree)
+
+
+def _fetch(tree):
+  """Global arrays as host arrays in every process (gathered from the others)."""
+  if all(a.is_fully_addressable for a in jax.tree.leaves(tree)):
+    return jax.device_get(tree)
+  return multihost_utils.process_allgather(tree, tiled=True)
+
+
+def _run(stacked, i):
+  return jax.tree.map(lambda a: a[i], stacked)
+
+
+def _diverged(config, diagnosis):
+  """The record of a run whose training loss became NaN or inf: rerunning it
+  would diverge again, so the sweep records it (accuracy NaN) and goes on."""
+  return dict(eval_accuracy=math.nan, diverged=diagnosis, task=config.task,
+              kind=config.model.kind, variant=config.model.variant)
 
 
 def use_vmap(batching):
@@ -195,6 +210,9 @@ def use_vmap(batching):
   """
   if batching not in ("auto", "vmap", "sequential"):
     raise UserError(f"--batching={batching!r}; use auto, vmap or sequential")
+  if batching == "sequential" and jax.process_count() > 1:
+    raise UserError(f"--batching=sequential trains in one process, but there "
+                    f"are {jax.process_count()}; use --batching=auto or vmap")
   if batching == "auto":
     return jax.device_count() > 1 or jax.default_backend() != "cpu"
   return batching == "vmap"
@@ -209,28 +227,45 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     `worker_command`): train the largest work units (`work_units`) not yet
     claimed in the folder `claims`, write no table, return None.
   started: time.time() at which the sweep began (for the table's wall time).
+
+  With several JAX processes (`jax.distributed.initialize()` first), every
+  process trains each vmapped group's share of runs on its devices; only
+  process 0 reads or writes the workdir, and the others return None.
   """
   module = load_config_module(config_path)
   arg = config_path.split(":", 1)[1] if ":" in config_path else None
   runs = collect_runs(module, arg)
-  use_compilation_cache(workdir)
+  writer = jax.process_index() == 0
+  if writer:  # Other processes do not write the cache either.
+    use_compilation_cache(workdir)
   groups = {}
   for name, config in runs:
     groups.setdefault(group_key(config), []).append((name, config))
-  done = {name: _done(workdir, name, config) for name, config in runs}
+  done = _done_in_every_process(workdir, runs)
   todo = sum(1 for name, _ in runs if not done[name])
-  logging.info("%d runs in %d shape groups; %d to do, %d device(s)", len(runs),
-               len(groups), todo, jax.device_count())
+  logging.info("%d runs in %d shape groups; %d to do, %d device(s) in %d "
+               "process(es)", len(runs), len(groups), todo, jax.device_count(),
+               jax.process_count())
   started = time.time() if started is None else started
   vmapped = use_vmap(batching)
   logging.info("batching: %s", "vmapped groups over a device mesh" if vmapped
                else "one run after another (single CPU device)")
   mine = work_units(list(groups.values()), vmapped)
   if worker is not None:  # Largest first; each unit goes to whoever is free.
-    mine = worker_order(mine, worker[0], worker[1])
+    mine = workers.worker_order(
+        mine, worker[0], worker[1], cost=lambda unit: run_cost(unit[0][1]),
+        memory_bound=lambda unit: workers.memory_bound(unit[0][1].model.kind))
   claimed = 0
   for members in mine:
-    pending = [(n, c) for n, c in members if not _done(workdir, n, c)]
+    # Another worker may have finished a unit since this one started.
+    pending = [(n, c) for n, c in members if not done[n] and not (
+        worker is not None and _done(workdir, n, c))]
+    if jax.process_count() > 1 and any(c.get("compiled") for _, c in pending):
+      # They train their target alone, with checkpoints, in process 0.
+      logging.warning("compiled-UT runs are left to a one-process run of the "
+                      "same command, in the same workdir: %s", ", ".join(
+                          n for n, c in pending if c.get("compiled")))
+      pending = [(n, c) for n, c in pending if not c.get("compiled")]
     if not pending or aggregate_only:
       continue
     if worker is not None:
@@ -261,7 +296,7 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
                     vmapped=vmapped,
                     config=json.loads(config.to_json_best_effort()),
                     provenance=reports.provenance())
-      if jax.process_index() == 0:
+      if writer:
         reports.write_json(_metrics_path(workdir, name), result)
     logging.info("group done in %.1fs: %s", seconds,
                  ", ".join(f"{n}: {r['eval_accuracy']:.4f}"
@@ -270,6 +305,10 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     logging.info("worker %d of %d: trained %d of %d work units", worker[0],
                  worker[1], claimed, len(mine))
     return None
+  if not writer:
+    logging.info("process %d of %d: done; process 0 writes the table",
+                 jax.process_index(), jax.process_count())
+    return None
   # Runs another worker or this process finished since the start count too.
   done = {n: _done(workdir, n, c) for n, c in runs}
   finished = [n for n, _ in runs if done[n]]
@@ -277,13 +316,12 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
   if not finished:
     raise UserError(f"no finished runs of this sweep in {workdir}")
   rows = aggregate(workdir, finished)
-  if jax.process_index() == 0:
-    write_table(workdir, rows, dict(config=config_path,
-                                    wall_seconds=time.time() - started,
-                                    total_run_seconds=_total_seconds(workdir,
-                                                                     finished),
-                                    missing_runs=missing,
-                                    provenance=reports.provenance()))
+  write_table(workdir, rows, dict(config=config_path,
+                                  wall_seconds=time.time() - started,
+                                  total_run_seconds=_total_seconds(workdir,
+                                                                   finished),
+                                  missing_runs=missing,
+                                  provenance=reports.provenance()))
   if missing:
     logging.warning("%d of %d runs are not finished and not in the table",
                     len(missing), len(runs))
@@ -325,8 +363,7 @@ def _train_one(config, run_dir):
     return train.train_and_evaluate(config, run_dir)
   except train.TrainingDiverged as e:
     logging.warning("%s diverged: %s", run_dir, e)
-    return dict(eval_accuracy=math.nan, diverged=str(e), task=config.task,
-                kind=config.model.kind, variant=config.model.variant)
+    return _diverged(config, str(e))
 
 
 def _compile_one(config, target_dir, target_diverged=None):
@@ -344,39 +381,13 @@ def _compile_one(config, target_dir, target_diverged=None):
                 variant=config.model.variant)
 
 
-def cost_proxy(config):
-  """A rough size of a run, to start the largest shape groups first: steps x
-  batch x tokens x layers x model width (x 2 with an MLP). Only the order matters.
-  """
+def run_cost(config):
+  """`workers.cost_proxy` of a run: the sizes of its config and model."""
   spec = train.model_spec(config, data_lib.make_task(config).info)
-  return (config.train.steps * config.train.batch_size * spec.max_len
-          * spec.num_layers * spec.model_width
-          * (2 if spec.variant == "res_ln_mlp" else 1))
-
-
-def memory_bound(config):
-  """True for the sparse UT, whose step streams its m-wide state with little
-  arithmetic per byte (`models._apply_sparse`)."""
-  return config.model.kind == "sparse"
-
-
-def worker_order(units, index, count):
-  """The order in which worker `index` of `count` tries to claim work units.
-
-  Largest first (`cost_proxy`). With several workers, even-numbered ones try
-  the memory-bound units (`memory_bound`) first and odd-numbered ones the
-  others, so that two memory-bound runs seldom share the memory bus:
-  `benchmarks/workers_bench.py --pairs` measured a step of the k-hop sparse UT
-  (k = 3, res_ln_mlp) and one of the random UT (k = 4, res_ln_mlp), each pinned
-  to one of 2 cores, at 0.85x-0.88x the time side by side that each takes
-  beside its twin.
-  """
-  units = sorted(units, key=lambda members: -cost_proxy(members[0][1]))
-  if count < 2:
-    return units
-  first = index % 2 == 0
-  return ([u for u in units if memory_bound(u[0][1]) == first]
-          + [u for u in units if memory_bound(u[0][1]) != first])
+  return workers.cost_proxy(
+      steps=config.train.steps, batch_size=config.train.batch_size,
+      tokens=spec.max_len, layers=spec.num_layers, width=spec.model_width,
+      mlp=spec.variant == "res_ln_mlp")
 
 
 def claims_folder(workdir):
@@ -401,32 +412,18 @@ def use_compilation_cache(workdir):
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
-def worker_cpus(index, count, cpus=None):
-  """The CPUs that worker `index` of `count` is pinned to: a contiguous share of
-  `cpus` (default: this process's), or one of them, shared round-robin, when
-  there are fewer CPUs than workers."""
-  cpus = sorted(os.sched_getaffinity(0) if cpus is None else cpus)
-  if count >= len(cpus):
-    return {cpus[index % len(cpus)]}
-  return {int(c) for c in np.array_split(cpus, count)[index]}
-
-
 def worker_command(argv, index, count, claims):
   """(argv, cpus) of worker process `index` of `count` for a sweep on CPU.
 
-  XLA runs a CPU step's independent ops on all the CPUs it may use: one process
-  keeps about 1.7 of 2 cores busy. Workers side by side are each pinned to
-  their own CPUs (`worker_cpus`) rather than all competing for all of them.
-  Each takes the largest unit of work (`work_units`, `cost_proxy`) that no
-  worker has claimed yet (`claim`), so the load balances itself; half of them
-  look at memory-bound units first, the others last (`worker_order`).
-  `benchmarks/workers_bench.py` measures one process against pinned and
-  unpinned workers.
+  Each is pinned to its own CPUs (`ut.cpu.workers.worker_cpus`) and takes the
+  largest unit of work (`work_units`, `run_cost`) that no worker has claimed
+  yet (`claim`), so the load balances itself; half of them look at
+  memory-bound units first, the others last (`ut.cpu.workers.worker_order`).
   """
   args = [a for a in argv[1:] if not a.startswith(("--workers", "--worker_"))]
   return ([sys.executable, "-m", "launch.sweep", *args, f"--workers={count}",
            f"--worker_index={index}", f"--worker_claims={claims}"],
-          worker_cpus(index, count))
+          workers.worker_cpus(index, count))
 
 
 def _total_seconds(workdir, names):
@@ -460,6 +457,27 @@ def _target_dir(workdir, name, config, members):
         and os.path.isdir(os.path.join(_run_dir(workdir, n), "checkpoints"))):
       return _run_dir(workdir, n)
   return os.path.join(_run_dir(workdir, name), "target")
+
+
+def _done_in_every_process(workdir, runs):
+  """{name: `_done`} for the runs, as process 0 reads the workdir, in every
+  process: the others need not see it (hosts may not share a filesystem)."""
+  if jax.process_count() == 1:
+    return {name: _done(workdir, name, config) for name, config in runs}
+  flags = np.zeros(len(runs) + 1, np.int32)  # The last: process 0 failed.
+  error = None
+  if jax.process_index() == 0:
+    try:
+      flags[:-1] = [_done(workdir, name, config) for name, config in runs]
+    except UserError as e:
+      error, flags[-1] = e, 1
+  flags = multihost_utils.broadcast_one_to_all(flags)
+  if error is not None:
+    raise error
+  if flags[-1]:
+    raise UserError("process 0 found a run recorded with another config; see "
+                    "its error")
+  return {name: bool(f) for (name, _), f in zip(runs, flags[:-1])}
 
 
 def _done(workdir, name, config):

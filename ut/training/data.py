@@ -6,7 +6,10 @@ A batch is dict(tokens (B, T) int32, labels (B, T) int32, mask (B, T) bool):
 labels are -1 where no loss is taken; mask marks the positions that count for
 accuracy (Dyck: the '?' position; k-hop: positions whose label is a letter).
 Data is a pure function of (task config, seed): training batch s uses the seed
-stream (seed, 0, s) and evaluation the disjoint stream (seed, 1).
+stream (seed, 0, s) and evaluation the disjoint stream (seed, 1). Dyck has
+fixed held-out sets instead (Zhong & Andreas's protocol, DESIGN §7; `Dyck`):
+a validation set, scored during training, and a test set, each drawn once
+from a stream that does not depend on the run's seed, and never trained on.
 """
 
 import dataclasses
@@ -31,17 +34,51 @@ class TaskInfo:
 
 
 class Dyck:
-  """Dyck-1 with a '?' query at the last position (ut/training/tasks/dyck.py)."""
+  """Dyck-1 with a '?' query at the last position (ut/training/tasks/dyck.py).
+
+  Held-out sets: a validation set of cfg.valid_num strings of the mix and a
+  test set of cfg.test_num (none when 0), drawn once from the streams
+  (cfg.valid_seed, 3) and (cfg.test_seed, 2), whatever the run's seed. They
+  are independent draws, so they share some strings (mostly short ones).
+  Every training batch redraws each of its strings that is in either set
+  (`dyck.generate_tokens(..., exclude=...)`), so no held-out string is
+  trained on. Configs recorded without these fields have no fixed sets:
+  evaluation then draws from the seed stream (seed, 1).
+  """
+
+  SPLITS = {"valid": 3, "test": 2}  # Split -> the second entry of its stream.
 
   def __init__(self, cfg):
     if cfg.mix not in dyck.MIXES:
       raise UserError(f"unknown Dyck mix {cfg.mix!r}; use one of {dyck.MIXES}")
     self.cfg = cfg
     self.info = TaskInfo(dyck.VOCAB_SIZE, cfg.max_len + 1, dyck.NUM_CLASSES)
+    self.sets = {}
+    for split, stream in self.SPLITS.items():
+      num, seed = cfg.get(f"{split}_num", 0), cfg.get(f"{split}_seed", 0)
+      for field, value in ((f"{split}_num", num), (f"{split}_seed", seed)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+          raise UserError(f"config.data.{field}={value!r}; use an integer >= 0")
+      if num:
+        self.sets[split] = dyck.generate_tokens(
+            num, cfg.max_len, cfg.mix, stream_seed(seed, stream))
+    self.exclude = (dyck.key_set(*(t for t, _ in self.sets.values()))
+                    if self.sets else None)
 
   def batch(self, num, seed):
-    tokens, labels, _ = dyck.generate(num, self.cfg.max_len, self.cfg.mix, seed)
+    """num strings of the stream `seed`, none of them a held-out string."""
+    tokens, labels = dyck.generate_tokens(num, self.cfg.max_len, self.cfg.mix,
+                                          seed, exclude=self.exclude)
     return self._pack(tokens, labels)
+
+  def held_out(self, split):
+    """The fixed 'valid' or 'test' set as one batch; None when there is none."""
+    if split not in self.SPLITS:
+      raise UserError(f"unknown held-out split {split!r}; use one of "
+                      f"{', '.join(self.SPLITS)}")
+    if split not in self.sets:
+      return None
+    return self._pack(*self.sets[split])
 
   def _pack(self, tokens, labels):
     full = np.full(tokens.shape, -1, np.int32)
@@ -67,6 +104,18 @@ class Dyck:
     if label not in (0, 1, True, False):
       raise UserError(f'"label" must be 0 or 1 (1 = balanced), got {label!r}')
     return self._pack(tokens, np.array([int(label)]))
+
+  def breakdown(self, batch, predictions_BxT):
+    """`dyck.breakdown` of a packed batch's query predictions, and the
+    counting baseline's on the same strings: dict(model=..., counting=...)."""
+    texts = dyck.decode(np.asarray(batch["tokens"]))
+    labels_B = np.asarray(batch["labels"])[:, -1]
+    return dict(
+        model=dyck.breakdown(texts, labels_B,
+                             np.asarray(predictions_BxT)[:, -1],
+                             self.cfg.max_len),
+        counting=dyck.breakdown(texts, labels_B, dyck.counting_baseline(texts),
+                                self.cfg.max_len))
 
   def describe(self, logits_row, batch_row):
     del batch_row

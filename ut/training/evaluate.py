@@ -24,6 +24,13 @@ length run as one batch, so a file of thousands of lines takes seconds. Anything
 (invalid JSON, no "text", a character outside the alphabet) raises UserError
 naming the file and the 1-based line number.
 
+For Dyck the report also holds `breakdown`: accuracy by length bucket, by
+subset (balanced; unbalanced with unequal or equal counts) and on the short
+balanced strings (`dyck.breakdown`).
+
+A run's fixed test set is scored in its final metrics by
+`train.test_metrics`.
+
 `predict_text(workdir, text, k=None)` gives the model's prediction for one text
 beside the task's ground truth. Both accept a workdir path or the result of
 `load(workdir)`, so a notebook restores the checkpoint once:
@@ -50,6 +57,7 @@ from ut.training import models
 from ut.io import reports
 from ut.training import train
 from ut.errors import UserError
+from ut.training.tasks import dyck
 from ut.training.tasks import khop
 
 BATCH_SIZE = 256       # Most rows per forward pass.
@@ -128,6 +136,11 @@ def evaluate_jsonl(workdir, data_path, out_path=None, overwrite=False):
   correct, scored = _score(model, [row for _, _, row in examples])
   report = _report(model, data_path, examples, correct, scored, too_long,
                    no_label, disagree)
+  if model.config.task == "dyck":
+    labels = np.array([int(row["labels"][0, -1]) for _, _, row in examples])
+    report["breakdown"] = dyck.breakdown(
+        [obj["text"] for _, obj, _ in examples], labels,
+        np.where(correct > 0, labels, 1 - labels))
   if out_path:
     report["out"] = os.path.abspath(out_path)
     reports.write_json(out_path, report)
@@ -178,6 +191,20 @@ def predict_text(workdir, text, k=None):
   out["num_correct"] = int(((pred_T == row0["labels"]) & row0["mask"]).sum())
   out["step"] = model.step
   return out
+
+
+def predict_classes(params, spec, tokens_BxT):
+  """Argmax classes (B, T) of the model on tokens (B, T), BATCH_SIZE rows at
+  a time (the last batch padded by repetition: one compiled shape)."""
+  tokens_BxT = np.asarray(tokens_BxT)
+  out = []
+  for start in range(0, len(tokens_BxT), BATCH_SIZE):
+    chunk = tokens_BxT[start:start + BATCH_SIZE]
+    padded = np.concatenate(
+        [chunk, np.repeat(chunk[:1], BATCH_SIZE - len(chunk), axis=0)])
+    out.append(np.asarray(_apply(params, spec, padded)).argmax(-1)[:len(chunk)])
+  return (np.concatenate(out) if out else
+          np.zeros(tokens_BxT.shape, np.int64))
 
 
 def summary_line(report):

@@ -7,6 +7,7 @@ a pure function of (seed, step), so a resumed run is bit-identical to an
 uninterrupted one.
 """
 
+import dataclasses
 import functools
 import json
 import os
@@ -27,6 +28,7 @@ from jax.sharding import PartitionSpec as P
 from ut.training import data as data_lib
 from ut.training import models
 from ut.io import reports
+from ut.cpu import host
 from ut.errors import UserError
 
 
@@ -51,7 +53,7 @@ def model_spec(config, task_info):
       head_width=mc.head_width, mlp_ratio=mc.mlp_ratio,
       mlp_width=mc.get("mlp_width", 0), causal=mc.causal,
       ut_seed=mc.ut_seed, shared=mc.shared,
-      embed_scale=mc.get("embed_scale", 1.0))
+      embed_scale=mc.get("embed_scale", 1.0), impl=mc.get("impl", "auto"))
 
 
 def lr_schedule(tc, peak_lr):
@@ -110,37 +112,28 @@ def _stop_frozen_gradients(params, spec):
                       params, models.labels(params, spec))
 
 
-# Activation elements per microbatch on CPU (tokens x (model width + MLP hidden
-# width)), by model kind: see `default_microbatches` (measured on one core, as a
-# sweep worker runs).
-MICROBATCH_ELEMENTS = {"sparse": 2**17, "random": 2**18, "trained": 2**19}
-
-
 def default_microbatches(batch_size, num_tokens, spec):
-  """How many microbatches `train_step` splits a (batch_size, num_tokens) batch into.
-
-  On CPU, about MICROBATCH_ELEMENTS[spec.kind] activation elements each, counted
-  as tokens x (model width, plus the MLP's hidden width with res_ln_mlp): the
-  largest divisor of the batch size at most batch_size * num_tokens * that
-  width / the budget. A microbatch's activations then stay in the caches.
-  The sparse kind's step is memory-bound (routing moves the m-wide state with
-  little arithmetic) and gains from small parts. Measured with one core per
-  process, as `launch.sweep`'s workers run (ms per step, this budget against
-  half as many parts): k-hop k = 4 res_ln_mlp (32 x 32 tokens, m = 4000) 160
-  against 165 (16 parts against 8), k = 3 res_ln_mlp 60 against 76, Dyck
-  res_ln_mlp 42 against 46, Dyck res_ln 7.6 against 9.2; the random UT with
-  res_ln_mlp (m = 256, F = 256) 42 against 62 at k-hop k = 4 (2 parts
-  against 1), and on Dyck 31 in 4 parts, 32 in 2, 50 in 1. The fixed-size
-  benchmark step (random attn, 256 x 64 tokens) runs as fast on 2 cores in 16
-  parts as in 8. Elsewhere 1: an accelerator wants the largest matmuls.
-  """
-  if jax.default_backend() != "cpu":
-    return 1
+  """How many microbatches `train_step` splits a (batch_size, num_tokens) batch
+  into by default: `ut.cpu.host.microbatches`, cache-sized parts on CPU and
+  the whole batch elsewhere. A token's activations are the model width wide,
+  plus the MLP's hidden width with res_ln_mlp."""
   width = spec.model_width + (spec.mlp_hidden_width
                               if spec.variant == "res_ln_mlp" else 0)
-  most = max(1, batch_size * num_tokens * width
-             // MICROBATCH_ELEMENTS[spec.kind])
-  return max(n for n in range(1, min(most, batch_size) + 1) if batch_size % n == 0)
+  return host.microbatches(batch_size, num_tokens, kind=spec.kind, width=width)
+
+
+def step_microbatches(config):
+  """The training step's microbatches: config.cpu.microbatches (configs/cpu.py)
+  as a number, or None for `default_microbatches` ("auto", or no `cpu`
+  section). A UserError unless it is "auto" or a positive integer."""
+  cpu = config.get("cpu")
+  value = "auto" if cpu is None else cpu.get("microbatches", "auto")
+  if value == "auto":
+    return None
+  if not str(value).isdigit() or int(value) < 1:
+    raise UserError(f"config.cpu.microbatches={value!r}; use auto or a "
+                    f"positive integer that divides the batch, e.g. 1")
+  return int(value)
 
 
 def _split(batch, n):
@@ -214,13 +207,10 @@ def _summed_over_shares(local, mesh):
 
 
 def compiler_options(config):
-  """XLA options for the training step: config.train.ynn_fusions=False turns
-  off XLA CPU's YNNPACK fusions (XLA's own kernels run every op). On 2 cores,
-  data parallel (results/bench/dp): the fixed-size random UT's step ran 1.06x
-  as fast without them, two default configs' as fast, nine slower."""
-  if config.train.ynn_fusions or jax.default_backend() != "cpu":
-    return {}
-  return dict(compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=""))
+  """`jax.jit` keyword arguments for the training step: those of the `cpu`
+  section (configs/cpu.py; `ut.cpu.host.compiler_options`), and none without
+  that section."""
+  return host.compiler_options(config.get("cpu"))
 
 
 # Config fields that count steps or examples, and the least value that works.
@@ -242,12 +232,20 @@ def check_schedule(config):
 
 
 def check_data_parallel(config):
-  """A UserError unless config.train.data_parallel can split the batch."""
+  """A UserError unless each training batch splits: over this process's
+  devices (config.train.data_parallel), and each device's share into
+  config.cpu.microbatches parts."""
   n, b = jax.local_device_count(), config.train.batch_size
   if config.train.data_parallel and b % n:
     raise UserError(f"config.train.batch_size={b} must be a multiple of the "
                     f"{n} devices it is split over (config.train.data_parallel)"
                     f"; e.g. batch_size={n * max(1, b // n)}")
+  parts = step_microbatches(config)
+  share = b // n if config.train.data_parallel else b
+  if parts is not None and share % parts:
+    raise UserError(f"config.cpu.microbatches={parts} must divide the "
+                    f"{share} strings of each step's batch on a device "
+                    f"(config.train.batch_size={b}); e.g. microbatches=1")
 
 
 def make_step(config, spec, tx):
@@ -256,9 +254,11 @@ def make_step(config, spec, tx):
   config.train.data_parallel: split each batch over this process's devices
   (`data_parallel_step`; e.g. `launch.train --cpu_devices=2` on a 2-core CPU,
   or several GPUs), the state copied to each. Otherwise `train_step` on one
-  device.
+  device. A `cpu` section (configs/cpu.py, on CPU only) sets the step's XLA
+  options (`compiler_options`) and microbatches (`step_microbatches`).
   """
   options = compiler_options(config)
+  parts = step_microbatches(config)
   if not config.train.data_parallel:
     cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
              else os.cpu_count() or 1)
@@ -269,13 +269,14 @@ def make_step(config, spec, tx):
                    "the steps/s on 2 cores, results/bench/dp), and "
                    "`launch.sweep --workers=%d` trains that many runs at once",
                    cores, cores, cores)
-    return (jax.jit(functools.partial(train_step, spec=spec, tx=tx),
+    return (jax.jit(functools.partial(train_step, spec=spec, tx=tx,
+                                      microbatches=parts),
                     donate_argnums=0, **options), lambda s: s, lambda b: b)
   check_data_parallel(config)
   mesh = batch_mesh()
   logging.info("data parallel: each batch split over %d %s devices",
                mesh.size, jax.default_backend())
-  step = jax.jit(data_parallel_step(spec, tx, mesh), donate_argnums=0,
+  step = jax.jit(data_parallel_step(spec, tx, mesh, parts), donate_argnums=0,
                  **options)
   rows = NamedSharding(mesh, P("batch"))
   copies = NamedSharding(mesh, P())
@@ -367,12 +368,23 @@ def held_out_metrics(params, spec, eval_batches, mesh=None):
   return dict(accuracy=correct / max(count, 1), loss=loss_sum / max(n, 1))
 
 
-def eval_batches(config, task):
-  """The held-out set: config.eval.num examples from the seed stream (seed, 1)."""
-  full = task.batch(config.eval.num, data_lib.stream_seed(config.seed, 1))
-  bs = config.eval.batch_size
+def eval_batches(config, task, split="valid"):
+  """A held-out set in batches of config.eval.batch_size.
+
+  The task's fixed `split` set ('valid' or 'test') when it has one (Dyck:
+  `data.Dyck.held_out`; config.eval.num is then unused). Otherwise, for
+  'valid', config.eval.num examples from the seed stream (seed, 1); a task
+  without a fixed 'test' set has none (UserError).
+  """
+  held_out = getattr(task, "held_out", None)
+  full = held_out(split) if held_out else None
+  if full is None and split != "valid":
+    raise UserError(f"task {config.task} has no fixed {split!r} set")
+  if full is None:
+    full = task.batch(config.eval.num, data_lib.stream_seed(config.seed, 1))
+  n, bs = len(full["tokens"]), config.eval.batch_size
   return [jax.tree.map(lambda a, i=i: a[i:i + bs], full)
-          for i in range(0, config.eval.num, bs)]
+          for i in range(0, n, bs)]
 
 
 def train_batch(config, task, step):
@@ -382,20 +394,51 @@ def train_batch(config, task, step):
 
 # Config fields added after runs were recorded: their value in older runs.
 _ADDED_FIELDS = {"model.mlp_width": 0, "model.embed_scale": 1.0,
-                 "train.data_parallel": False, "train.ynn_fusions": True}
+                 "model.impl": "auto",
+                 "train.data_parallel": False}
+# Fields that older runs recorded and that are gone since (moved to the CPU
+# overlay, configs/cpu.py).
+_REMOVED_FIELDS = ("train.ynn_fusions",)
+# Sections of host settings (configs/cpu.py), not of the run: a run resumes,
+# or is evaluated, on any host.
+HOST_SECTIONS = ("cpu",)
 
 
 def stored_config(config_dict):
-  """A config read back from a run's JSON, with fields added since filled in."""
+  """A config read back from a run's JSON in today's form: fields added since
+  filled in, fields removed since dropped, and without the host settings
+  (HOST_SECTIONS)."""
   out = json.loads(json.dumps(config_dict))
+  for section in HOST_SECTIONS:
+    out.pop(section, None)
+  for dotted in _REMOVED_FIELDS:
+    node, leaf = _parent(out, dotted)
+    if isinstance(node, dict):
+      node.pop(leaf, None)
   for dotted, value in _ADDED_FIELDS.items():
-    *parents, leaf = dotted.split(".")
-    node = out
-    for p in parents:
-      node = node.get(p) if isinstance(node, dict) else None
+    node, leaf = _parent(out, dotted)
     if isinstance(node, dict):
       node.setdefault(leaf, value)
   return out
+
+
+def _refuse_old_sparse_order(raw, workdir):
+  """A sparse run recorded without model.impl was saved in the block order
+  before the one of `sparse.block_names` (level, string, role): its E and U
+  would be read in the wrong order, so it cannot be resumed or evaluated."""
+  model = raw.get("model", {})
+  if model.get("kind") == "sparse" and "impl" not in model:
+    raise UserError(f"{workdir} holds a sparse-UT run saved in the block order "
+                    f"used before the redesign (its config has no model.impl); "
+                    f"retrain it in a new --workdir")
+
+
+def _parent(tree, dotted):
+  """(the dict that holds field `dotted` of a nested dict, or None; its key)."""
+  *parents, leaf = dotted.split(".")
+  for p in parents:
+    tree = tree.get(p) if isinstance(tree, dict) else None
+  return tree, leaf
 
 
 def config_diff(a, b, prefix=""):
@@ -416,10 +459,13 @@ def _check_workdir_config(config, workdir):
   current = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
     with open(path) as f:
-      stored = stored_config(json.load(f))
-    if stored != current:
+      raw = json.load(f)
+    _refuse_old_sparse_order(raw, workdir)
+    stored = stored_config(raw)
+    run = stored_config(current)  # Host settings may differ.
+    if stored != run:
       raise UserError(f"workdir {workdir} holds a run with a different config "
-                      f"(differs in {', '.join(config_diff(stored, current))}); "
+                      f"(differs in {', '.join(config_diff(stored, run))}); "
                       f"use a new --workdir to start afresh, or the same config "
                       f"to resume")
   else:
@@ -433,7 +479,9 @@ def load_config(workdir):
     raise UserError(f"{workdir} has no config.json: is it a training workdir "
                     f"(python -m launch.train --workdir=...)?")
   with open(path) as f:
-    return ml_collections.ConfigDict(stored_config(json.load(f)))
+    raw = json.load(f)
+  _refuse_old_sparse_order(raw, workdir)
+  return ml_collections.ConfigDict(stored_config(raw))
 
 
 def checkpoint_manager(workdir, max_to_keep=2):
@@ -503,13 +551,9 @@ def train_and_evaluate(config, workdir):
   reports.check_folder(workdir, "--workdir")
   os.makedirs(workdir, exist_ok=True)
   _check_workdir_config(config, workdir)
-  state, tx, schedule = init_state(config, spec)
-  labels = models.labels(state.params, spec)
-  n_train = sum(int(np.prod(p.shape)) for p, l in
-                zip(jax.tree.leaves(state.params), jax.tree.leaves(labels))
-                if l == "train")
+  state, tx, _ = init_state(config, spec)
   logging.info("model %s/%s width %d: %d trainable of %d parameters", spec.kind,
-               spec.variant, spec.model_width, n_train,
+               spec.variant, spec.model_width, trainable_count(state.params, spec),
                sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params)))
   mngr = checkpoint_manager(workdir)
   start_step = mngr.latest_step() or 0
@@ -521,61 +565,201 @@ def train_and_evaluate(config, workdir):
   eval_log = _CsvLog(os.path.join(workdir, "eval_metrics.csv"), start_step)
   writer = _summary_writer(workdir)
   step_fn, place_state, place_batch = make_step(config, spec, tx)
-  state = place_state(state)
   held_out = eval_batches(config, task)
   eval_mesh = batch_mesh() if config.train.data_parallel else None
-  tc = config.train
-  last_loss, t_last, s_last = None, time.perf_counter(), start_step
-  eval_metrics = None
+
+  def on_log(_, row):
+    train_log.write(row)
+    _scalars(writer, "train", row)
+
+  def on_eval(_, step, metrics):
+    eval_log.write(dict(step=step, **metrics))
+    _scalars(writer, "eval", dict(step=step, **metrics))
+
   try:  # Finish an in-flight async save and close the log even on errors.
-    for step in range(start_step, tc.steps):
-      batch = place_batch(train_batch(config, task, step))
-      state, metrics = step_fn(state, batch)
-      loss = float(metrics["loss"])
-      if not np.isfinite(loss):
-        raise TrainingDiverged(
-            f"loss became {loss} at step {step + 1} (last finite loss {last_loss}, "
-            f"grad norm {float(metrics['grad_norm']):.3g}, lr "
-            f"{float(schedule(step)):.3g}); lower --config.train.lr or "
-            f"--config.train.grad_clip, or use a res_ln variant")
-      last_loss = loss
-      done = step + 1
-      if done % tc.log_every == 0 or done == tc.steps:
-        now = time.perf_counter()
-        rate = (done - s_last) / max(now - t_last, 1e-9)
-        t_last, s_last = now, done
-        row = dict(step=done, loss=loss,
-                   accuracy=float(metrics["correct"]) / max(int(metrics["count"]), 1),
-                   grad_norm=float(metrics["grad_norm"]), lr=float(schedule(step)),
-                   steps_per_sec=rate)
-        train_log.write(row)
-        _scalars(writer, "train", row)
-        logging.info("step %d/%d loss %.4f acc %.3f | %.1f steps/s, ETA %.0fs", done,
-                     tc.steps, loss, row["accuracy"], rate, (tc.steps - done) / rate)
-      if done % config.eval.every == 0 or done == tc.steps:
-        eval_metrics = held_out_metrics(state.params, spec, held_out, eval_mesh)
-        eval_log.write(dict(step=done, **eval_metrics))
-        _scalars(writer, "eval", dict(step=done, **eval_metrics))
-        logging.info("eval at step %d: accuracy %.4f loss %.4f", done,
-                     eval_metrics["accuracy"], eval_metrics["loss"])
-      if done % tc.checkpoint_every == 0 or done == tc.steps:
-        mngr.save(done, args=ocp.args.StandardSave(state))
+    result = train_loop(
+        place_state(state), step_fn,
+        lambda step: place_batch(train_batch(config, task, step)), [config],
+        evaluate=lambda state, runs: {
+            0: held_out_metrics(state.params, spec, held_out, eval_mesh)},
+        start_step=start_step, last_loss=[train_log.last_loss],
+        on_log=on_log, on_eval=on_eval,
+        save=lambda step, state: mngr.save(step,
+                                           args=ocp.args.StandardSave(state)))
   finally:
     mngr.wait_until_finished()
     mngr.close()
     if writer is not None:
       writer.close()
-  if eval_metrics is None:  # Nothing left to train: evaluate the checkpoint.
-    eval_metrics = held_out_metrics(state.params, spec, held_out, eval_mesh)
-    last_loss = train_log.last_loss
-  final = dict(step=int(state.step), eval_accuracy=eval_metrics["accuracy"],
-               eval_loss=eval_metrics["loss"], final_train_loss=last_loss,
-               param_checksum=param_checksum(state.params),
-               task=config.task, kind=spec.kind, variant=spec.variant,
-               model_width=spec.model_width, trainable_params=n_train,
+  if result.diverged:
+    raise TrainingDiverged(result.diverged[0])
+  final = dict(run_summary(config, spec, result.state.params, result, 0,
+                           task),
                provenance=reports.provenance(config))
   reports.write_json(os.path.join(workdir, "metrics.json"), final)
   return final
+
+
+@dataclasses.dataclass
+class LoopResult:
+  """What `train_loop` ends with; runs are indices into its `configs`.
+
+  state: the (stacked) TrainState after the last step trained.
+  step: the number of steps trained, counted from the first (not the resume).
+  last_loss: each run's last finite training loss (None if it had none).
+  evals: each run's held-out metrics at its last evaluation.
+  diverged: a diagnosis for each run whose loss became NaN or inf.
+  """
+  state: TrainState
+  step: int
+  last_loss: list
+  evals: dict
+  diverged: dict
+
+
+def divergence(loss, step, last_loss, grad_norm, lr):
+  """The diagnosis of a run whose training loss became `loss` at `step`."""
+  return (f"loss became {loss} at step {step} (last finite loss {last_loss}, "
+          f"grad norm {grad_norm:.3g}, lr {lr:.3g}); lower --config.train.lr "
+          f"or --config.train.grad_clip, or use a res_ln variant")
+
+
+def train_loop(state, step_fn, batch_at, configs, *, evaluate, start_step=0,
+               last_loss=None, on_log=None, on_eval=None, save=None, name=""):
+  """The training loop of one run (`train_and_evaluate`) and of a vmapped sweep
+  group (`ut.experiments.sweep.train_group`); returns a `LoopResult`.
+
+  Args:
+    state: the TrainState, placed on the devices; for R runs trained at once,
+      each leaf has a leading axis of R >= len(configs) (runs past the configs
+      pad the run axis and are ignored).
+    step_fn: the placed (jitted) step, (state, batch) -> (state, metrics):
+      `train_step` or a vmap of it, whose metrics every process can read.
+    batch_at: step (0-based) -> that step's placed batch (`train_batch`).
+    configs: the configs of the runs. They share train.steps,
+      train.log_every, train.checkpoint_every and eval.every.
+    evaluate: (state, runs) -> {run: `held_out_metrics` of that run}, run over
+      the runs still training every eval.every steps and after the last.
+    start_step: the step to resume at (a checkpoint's); last_loss: each run's
+      last logged loss before it.
+    on_log: (run, row) for each run still training, every train.log_every
+      steps; the row has step, loss, accuracy, grad_norm, lr, steps_per_sec.
+    on_eval: (run, step, metrics) after each evaluation.
+    save: (step, state), every train.checkpoint_every steps and after the last.
+    name: a prefix for the log lines.
+
+  A run whose loss becomes NaN or inf stops counting: its diagnosis goes to
+  `diverged`, and the loop ends when no run is left training. This is the one
+  place where every path through training decides what a run's step, log
+  line, evaluation and end are.
+  """
+  first = configs[0]
+  steps, log_every = first.train.steps, first.train.log_every
+  eval_every, save_every = first.eval.every, first.train.checkpoint_every
+  schedules = [lr_schedule(c.train, c.train.lr) for c in configs]
+  last_loss = list(last_loss or [None] * len(configs))
+  diverged, evals = {}, {}
+  training = list(range(len(configs)))
+  prefix = f"{name}: " if name else ""
+  done, t_last, s_last = start_step, time.perf_counter(), start_step
+  for step in range(start_step, steps):
+    state, metrics = step_fn(state, batch_at(step))
+    loss = np.asarray(metrics["loss"]).reshape(-1)
+    for i in [i for i in training if not np.isfinite(loss[i])]:
+      diverged[i] = divergence(
+          float(loss[i]), step + 1, last_loss[i],
+          float(np.asarray(metrics["grad_norm"]).reshape(-1)[i]),
+          float(schedules[i](step)))
+      training.remove(i)
+      if len(configs) > 1:  # One run raises (`train_and_evaluate`).
+        logging.warning("%srun %d (seed %d) diverged: %s", prefix, i,
+                        configs[i].seed, diverged[i])
+    if not training:
+      break
+    for i in training:
+      last_loss[i] = float(loss[i])
+    done = step + 1
+    if done % log_every == 0 or done == steps:
+      now = time.perf_counter()
+      rate = (done - s_last) / max(now - t_last, 1e-9)
+      t_last, s_last = now, done
+      values = jax.tree.map(lambda a: np.asarray(a).reshape(-1), metrics)
+      rows = {i: dict(step=done, loss=last_loss[i],
+                      accuracy=float(values["correct"][i])
+                      / max(int(values["count"][i]), 1),
+                      grad_norm=float(values["grad_norm"][i]),
+                      lr=float(schedules[i](step)), steps_per_sec=rate)
+              for i in training}
+      for i, row in rows.items():
+        if on_log is not None:
+          on_log(i, row)
+      logging.info("%sstep %d/%d loss %.4f acc %.3f | %.1f steps/s, ETA %.0fs",
+                   prefix, done, steps, np.mean([r["loss"] for r in rows.values()]),
+                   np.mean([r["accuracy"] for r in rows.values()]), rate,
+                   (steps - done) / rate)
+    if done % eval_every == 0 or done == steps:
+      evals.update(_evaluate(evaluate, state, training, done, on_eval, prefix))
+      # Early stopping on held-out accuracy would go here, for every path.
+    if save is not None and (done % save_every == 0 or done == steps):
+      save(done, state)
+  if training and not evals:  # Nothing left to train: evaluate the checkpoint.
+    evals.update(_evaluate(evaluate, state, training, done, None, prefix))
+  return LoopResult(state=state, step=done, last_loss=last_loss, evals=evals,
+                    diverged=diverged)
+
+
+def _evaluate(evaluate, state, runs, step, on_eval, prefix):
+  """evaluate(state, runs), each run's result passed to on_eval and logged."""
+  evals = evaluate(state, runs)
+  for i, metrics in evals.items():
+    if on_eval is not None:
+      on_eval(i, step, metrics)
+  logging.info("%seval at step %d: accuracy %s loss %s", prefix, step,
+               " ".join(f"{evals[i]['accuracy']:.4f}" for i in runs),
+               " ".join(f"{evals[i]['loss']:.4f}" for i in runs))
+  return evals
+
+
+def test_metrics(params, spec, config, task, mesh=None):
+  """A run's score on its task's fixed test set, for its final metrics.
+
+  dict(test_accuracy, test_loss), and test_breakdown where the task has a
+  `breakdown` (Dyck: by length, by subset, the counting baseline beside);
+  {} when the task has no fixed test set (k-hop, or a Dyck config without one).
+  """
+  held_out = getattr(task, "held_out", None)
+  batch = held_out("test") if held_out else None
+  if batch is None:
+    return {}
+  batches = eval_batches(config, task, "test")
+  metrics = held_out_metrics(params, spec, batches, mesh)
+  out = dict(test_accuracy=metrics["accuracy"], test_loss=metrics["loss"])
+  if hasattr(task, "breakdown"):
+    logits = jax.jit(models.apply, static_argnums=1)
+    preds = np.concatenate([np.asarray(logits(params, spec, b["tokens"])).argmax(-1)
+                            for b in batches])
+    out["test_breakdown"] = task.breakdown(batch, preds)
+  return out
+
+
+def trainable_count(params, spec):
+  """How many parameters the optimizer updates (those labelled 'train')."""
+  return sum(int(np.prod(p.shape)) for p, l in
+             zip(jax.tree.leaves(params),
+                 jax.tree.leaves(models.labels(params, spec))) if l == "train")
+
+
+def run_summary(config, spec, params, result, run, task=None):
+  """The final metrics of run `run` of a `LoopResult`, with its `params`;
+  with `task`, its fixed test set's too (`test_metrics`)."""
+  return dict(step=result.step, eval_accuracy=result.evals[run]["accuracy"],
+              **(test_metrics(params, spec, config, task) if task else {}),
+              eval_loss=result.evals[run]["loss"],
+              final_train_loss=result.last_loss[run],
+              param_checksum=param_checksum(params), task=config.task,
+              kind=spec.kind, variant=spec.variant,
+              model_width=spec.model_width,
+              trainable_params=trainable_count(params, spec))
 
 
 def param_checksum(params):

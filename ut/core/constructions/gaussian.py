@@ -13,8 +13,11 @@ import numpy as np
 from ut.core import targets
 
 
-def make_gaussian_ut(num_heads, num_layers, m, head_width, seed, *,
-                     out_width=None, shared=False, dtype=np.float64):
+def make_gaussian_ut(num_heads: int, num_layers: int, m: int, head_width: int,
+                     seed: int, *, out_width: int | None = None,
+                     shared: bool = False,
+                     dtype: np.typing.DTypeLike = np.float64
+                     ) -> dict[str, np.ndarray]:
   """Returns dict(wq, wk, wv, unembed) for `transformer.forward`."""
   targets.check_positive(H=num_heads, L=num_layers, m=m, k_u=head_width)
   targets.check_seed(seed)

@@ -1,24 +1,29 @@
 """The sparse tree-routing universal transformer (DESIGN §3, Theorem 3.1).
 
 Shape glossary: H heads, L layers, d block width (= target width), P blocks,
-m = P d UT width, B batch, T tokens, Q routed (non-leaf) blocks.
+m = P d UT width, B batch, T tokens, Q routed (non-leaf) blocks, F_j the width
+a level holds.
 
 Blocks of width d are indexed by strings over the heads {0..H-1}:
   ("s", s) for |s| <= L        state blocks; E puts C_s there;
   ("q", h, s) for |s| <= L-1   query blocks; E puts sqrt(d) C_s B[|s|+1, h] there.
-Blocks are ordered by level j = |s|: level j holds ("s", s) for the H^j strings
-s of length j, then ("q", h, s) for every head h (levels j <= L-1 only); within a
-role the strings are in lexicographic order, first symbol most significant. So
-the strings g.t of level j+1 with first symbol g form the g-th of H equal
-contiguous runs, and routing level j+1 into level j is a reshape.
+The one block order (`block_names`; every module uses it): by level j = |s|,
+then by string s in lexicographic order (first symbol most significant), then
+by role: ("s", s), ("q", 0, s), ..., ("q", H-1, s) (the leaves, j = L, have the
+state role only). So a level is (strings, roles, d), and the strings g.t of
+level j+1 with first symbol g form the g-th of H equal contiguous runs, each
+laid out as level j is: routing level j+1 into level j is a reshape
+(`children_by_head`).
 
 The same weights serve every layer:
   R_Q[h]  selects ("q", h, ());  R_K[h] and U select ("s", ());
   R_V[g]  moves (role, g.t) to (role, t); root blocks and blocks whose first
           symbol is not g are dropped.
-`sparse_apply` routes by slicing and reshaping d-wide blocks: no m x m matrix is
-ever built. `SparseUT.src` lists the same routing as indices (for `to_dense`). `to_dense` builds the {0,1}
-matrices for small sizes; `transformer.forward` on them is the dense formulation.
+`route_levels` (one layer) and `sparse_apply` (the whole UT) route by reshaping
+d-wide blocks: no m x m matrix is ever built. `SparseUT.src` lists the same
+routing as indices, and `to_dense` builds the {0,1} matrices from it for small
+sizes; `transformer.forward` on them is the dense formulation (the tests'
+oracle).
 """
 
 import itertools
@@ -57,23 +62,23 @@ def _strings(num_heads, length):
   return list(itertools.product(range(num_heads), repeat=length))
 
 
-def level_roles(num_heads, num_layers, level):
+def level_roles(num_heads: int, num_layers: int, level: int) -> int:
   """Roles present at a level: the state role, plus H query roles below L."""
   return 1 + num_heads if level < num_layers else 1
 
 
-def block_names(num_heads, num_layers):
-  """Block keys in layout order (by level, then role, then string)."""
+def block_names(num_heads: int, num_layers: int) -> list[tuple]:
+  """Block keys in the layout order: by level, then string, then role."""
   names = []
   for j in range(num_layers + 1):
-    names.extend(("s", s) for s in _strings(num_heads, j))
-    if j < num_layers:
-      for h in range(num_heads):
-        names.extend(("q", h, s) for s in _strings(num_heads, j))
+    for s in _strings(num_heads, j):
+      names.append(("s", s))
+      if j < num_layers:
+        names.extend(("q", h, s) for h in range(num_heads))
   return names
 
 
-def make_sparse_ut(num_heads, num_layers, width):
+def make_sparse_ut(num_heads: int, num_layers: int, width: int) -> SparseUT:
   """Builds the tree-routing UT for targets with (H, L, d) = the arguments."""
   m = bounds.sparse_width(num_heads, num_layers, width)
   names = block_names(num_heads, num_layers)
@@ -91,7 +96,7 @@ def make_sparse_ut(num_heads, num_layers, width):
                   num_layers=num_layers, width=width, num_blocks=len(names))
 
 
-def to_dense(ut, dtype=np.float32):
+def to_dense(ut: SparseUT, dtype=np.float32) -> dict[str, np.ndarray]:
   """The {0,1} matrices: wq, wk (1, H, m, d), wv (1, H, m, m), unembed (m, d)."""
   h, d, m = ut.num_heads, ut.width, ut.m
   eye = np.eye(d, dtype=dtype)
@@ -115,54 +120,74 @@ def _level_sizes(ut):
   return [level_roles(h, num_layers, j) * h**j * d for j in range(num_layers + 1)]
 
 
-def level_slices(ut):
+def level_slices(ut: SparseUT) -> list[slice]:
   """Static column ranges of the levels in the m-wide state."""
   offsets = np.cumsum([0] + _level_sizes(ut))
   return [slice(int(lo), int(hi)) for lo, hi in zip(offsets[:-1], offsets[1:])]
 
 
-def _root_attention(ut, level0_BxTxF, *, causal, precision):
-  """A_h for every head from the root blocks: (B, H, T, T)."""
+def root_queries_keys(ut: SparseUT, level0_BxTxF: jax.Array
+                      ) -> tuple[jax.Array, jax.Array]:
+  """Every head's queries and keys, (B, H, T, d) each, from the root blocks.
+
+  Level 0 is [("s", ()), ("q", 0, ()), ..., ("q", H-1, ())]: head h's queries
+  are its query block, and every head's keys are the state block.
+  """
   h, d = ut.num_heads, ut.width
   assert level0_BxTxF.shape[-1] == (1 + h) * d, "level 0 lost its query blocks"
   b, t = level0_BxTxF.shape[:2]
   q_BxHxTxd = level0_BxTxF[:, :, d:].reshape(b, t, h, d).transpose(0, 2, 1, 3)
   k_BxHxTxd = jnp.broadcast_to(level0_BxTxF[:, None, :, :d], q_BxHxTxd.shape)
-  return transformer.attention_weights(q_BxHxTxd, k_BxHxTxd, causal=causal,
-                                       precision=precision)
+  return q_BxHxTxd, k_BxHxTxd
 
 
-def pad_level(z_BxTxF, size):
-  """A level narrowed to its leading roles, padded back with zeros."""
-  if z_BxTxF.shape[-1] == size:
-    return z_BxTxF
-  return jnp.pad(z_BxTxF, ((0, 0), (0, 0), (0, size - z_BxTxF.shape[-1])))
+def root_attention(ut: SparseUT, level0_BxTxF: jax.Array, *, causal: bool,
+                   precision=transformer.HIGHEST) -> jax.Array:
+  """A_h for every head from the root blocks: (B, H, T, T)."""
+  return transformer.attention_weights(*root_queries_keys(ut, level0_BxTxF),
+                                       causal=causal, precision=precision)
 
 
-def route_levels(ut, levels, *, causal, precision=transformer.HIGHEST):
+def children_by_head(level_BxTxF: jax.Array, num_heads: int) -> jax.Array:
+  """Level j+1 as (B, T, H, F / H): [..., g, :] holds its strings g.t, laid out
+  as level j's strings t (with the roles level j+1 holds), so that head g
+  routes it into level j as it stands."""
+  b, t = level_BxTxF.shape[:2]
+  return level_BxTxF.reshape(b, t, num_heads, -1)
+
+
+def pad_roles(n_BxTxF: jax.Array, size: int, strings: int) -> jax.Array:
+  """A level that holds only the leading roles of each of its `strings`
+  strings, padded with zeros to the full level width `size`."""
+  if n_BxTxF.shape[-1] == size:
+    return n_BxTxF
+  b, t, _ = n_BxTxF.shape
+  n = n_BxTxF.reshape(b, t, strings, -1)
+  n = jnp.pad(n, ((0, 0), (0, 0), (0, 0), (0, size // strings - n.shape[-1])))
+  return n.reshape(b, t, size)
+
+
+def route_levels(ut: SparseUT, levels: list, *, causal: bool,
+                 precision=transformer.HIGHEST) -> list:
   """One UT layer without residual: sum_h A_h Z R_V[h], on per-level arrays.
 
   levels[j]: (B, T, F_j), or None for a level known to be zero (level 0 is
-  never None). A level may hold only its leading roles, F_j = roles * H^j * d,
-  the rest being known zero: the leaves have no query blocks, so what is routed
-  out of the deepest level is the state role alone, and it is kept that narrow
-  (no zero columns are routed). Returns the new levels, None where nothing is
-  routed.
+  never None). A level may hold only the leading roles of each of its strings,
+  F_j = roles * H^j * d, the rest being known zero: the leaves have no query
+  blocks, so what is routed out of the deepest level is the state role alone,
+  and it is kept that narrow (no zero columns are routed; `pad_roles` widens
+  it). Returns the new levels, None where nothing is routed.
   """
-  h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
-  b, t = levels[0].shape[:2]
-  a_BxHxTxT = _root_attention(ut, levels[0], causal=causal, precision=precision)
+  h = ut.num_heads
+  a_BxHxTxT = root_attention(ut, levels[0], causal=causal, precision=precision)
   new = []
-  for j in range(num_layers):
+  for j in range(ut.num_layers):
     if levels[j + 1] is None:  # Known zero: nothing to route.
       new.append(None)
       continue
-    # Level j+1, role r, string g.t  ->  level j, role r, string t, via head g.
-    # Heads first, so that each head is one (T x T) @ (T x F) matmul.
-    roles = levels[j + 1].shape[-1] // (h**(j + 1) * d)
-    src_BxHxTxF = (levels[j + 1].reshape(b, t, roles, h, h**j * d)
-                   .transpose(0, 3, 1, 2, 4).reshape(b, h, t, -1))
-    new.append(jnp.einsum("bgts,bgsf->btf", a_BxHxTxT, src_BxHxTxF,
+    # Level j+1, string g.t, role r  ->  level j, string t, role r, via head g.
+    src_BxTxHxF = children_by_head(levels[j + 1], h)
+    new.append(jnp.einsum("bgts,bsgf->btf", a_BxHxTxT, src_BxTxHxF,
                           precision=precision))
   new.append(None)  # Leaves receive nothing.
   return new
@@ -172,34 +197,39 @@ def _first_layer(ut, embed_DxM, x_BxTxD, *, causal, precision):
   """Layer 1 without residual, from X and E; returns (level 0 of X E, new levels).
 
   Values are linear in X, so sum_g A_g (X E_{g.t}) = sum_g (A_g X) E_{g.t}: one
-  (B T, H d) @ (H d, m') matmul, and the (B, T, m) embedding is never built.
+  (B T, H d) @ (H d, F) matmul, and the (B, T, m) embedding is never built.
   """
-  h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
+  h, d = ut.num_heads, ut.width
   b, t = x_BxTxD.shape[:2]
   e_levels = [embed_DxM[:, s] for s in level_slices(ut)]
   level0 = jnp.einsum("btd,df->btf", x_BxTxD, e_levels[0], precision=precision)
-  a_BxHxTxT = _root_attention(ut, level0, causal=causal, precision=precision)
+  a_BxHxTxT = root_attention(ut, level0, causal=causal, precision=precision)
   ax_BxTxHd = jnp.einsum("bgts,bsd->btgd", a_BxHxTxT, x_BxTxD,
                          precision=precision).reshape(b, t, h * d)
-  # Rows (g, d), columns level j's (role, t) for the children (role, g.t).
-  w = [e.reshape(d, -1, h, h**j * d).transpose(2, 0, 1, 3).reshape(h * d, -1)
-       for j, e in enumerate(e_levels[1:])]
+  # Level j+1's columns are (g, level j's columns): rows (g, d) of one matmul.
+  w = [e.reshape(d, h, -1).transpose(1, 0, 2).reshape(h * d, -1)
+       for e in e_levels[1:]]
   routed = jnp.einsum("btk,kf->btf", ax_BxTxHd, jnp.concatenate(w, axis=1),
                       precision=precision)
   offsets = np.cumsum([0] + [wj.shape[1] for wj in w])
-  return level0, [routed[..., lo:hi] for lo, hi in zip(offsets[:-1], offsets[1:])] + [None]
+  return level0, [routed[..., lo:hi]
+                  for lo, hi in zip(offsets[:-1], offsets[1:])] + [None]
 
 
-def route_layer(ut, z_BxTxM, *, causal, precision=transformer.HIGHEST):
+def route_layer(ut: SparseUT, z_BxTxM: jax.Array, *, causal: bool,
+                precision=transformer.HIGHEST) -> jax.Array:
   """One UT attention layer on a flat state: sum_h A_h Z R_V[h], (B, T, m)."""
+  h = ut.num_heads
   levels = [z_BxTxM[..., s] for s in level_slices(ut)]
   new = route_levels(ut, levels, causal=causal, precision=precision)
-  return jnp.concatenate([jnp.zeros_like(z) if n is None else pad_level(n, z.shape[-1])
-                          for z, n in zip(levels, new)], axis=-1)
+  return jnp.concatenate(
+      [jnp.zeros_like(z) if n is None else pad_roles(n, z.shape[-1], h**j)
+       for j, (z, n) in enumerate(zip(levels, new))], axis=-1)
 
 
-def sparse_apply(ut, embed_DxM, x_BxTxD, *, causal, residual, readout=None,
-                 precision=transformer.HIGHEST):
+def sparse_apply(ut: SparseUT, embed_DxM: jax.Array, x_BxTxD: jax.Array, *,
+                 causal: bool, residual: bool, readout=None,
+                 precision=transformer.HIGHEST) -> jax.Array:
   """UT(X, E) by block routing: O(B T m) data movement plus O(B T^2 m) attention.
 
   The state is kept as one array per level, (B, T, F_j) with F_j = roles * H^j * d,
@@ -208,6 +238,7 @@ def sparse_apply(ut, embed_DxM, x_BxTxD, *, causal, residual, readout=None,
   (`_first_layer`).
   Returns Z_L U (B, T, d), or Z_L U readout when a readout is given.
   """
+  h = ut.num_heads
   level0, new = _first_layer(ut, embed_DxM, x_BxTxD, causal=causal,
                              precision=precision)
   if residual:
@@ -218,8 +249,8 @@ def sparse_apply(ut, embed_DxM, x_BxTxD, *, causal, residual, readout=None,
     if layer:
       new = route_levels(ut, levels, causal=causal, precision=precision)
     if residual:
-      levels = [z if n is None else z + pad_level(n, z.shape[-1])
-                for z, n in zip(levels, new)]
+      levels = [z if n is None else z + pad_roles(n, z.shape[-1], h**j)
+                for j, (z, n) in enumerate(zip(levels, new))]
     else:  # Without residuals the deepest levels empty out, one per layer.
       levels = new
   y = levels[0][:, :, :ut.width]

@@ -6,7 +6,8 @@ A string over '(' and ')' is balanced when every prefix has at least as many
 Shapes and vocabulary:
 
   B         batch (number of strings)
-  max_len   longest string allowed; every row has T = max_len + 1 tokens
+  L         max_len, the longest string allowed
+  T         tokens per row, L + 1
   PAD   = 0   left padding
   OPEN  = 1   '('
   CLOSE = 2   ')'
@@ -18,30 +19,47 @@ A row is LEFT-padded, so the query sits at position T - 1 whatever the length:
 
   tokens_BxT = [PAD, ..., PAD, s_1, ..., s_len, QUERY]
 
-Mixes (``generate(..., mix=...)``):
+Mixes (``generate(..., mix=...)``), written for L = 60 as in Zhong & Andreas
+(2024); another L scales the lengths:
 
-  'za'    in the style of Zhong & Andreas (2024). Each example independently
-          falls in one of three equally likely groups:
-            1. a uniformly random string over '()' with length uniform in
-               [2, max_len];
-            2. a uniformly random Dyck word (balanced string) with an even
-               length uniform in [2, max_len];
-            3. such a Dyck word, perturbed: one position, chosen uniformly, is
-               redrawn uniformly from '()'. Half the time the redraw leaves the
-               character unchanged (the string stays balanced); otherwise the
-               bracket is flipped and the counts differ by two.
-          Labels are always the TRUE balancedness (``is_balanced``), not the
-          group. About half the strings come out balanced (0.51 at max_len
-          16 and 32), and comparing the number of '(' with the number of ')'
-          already scores 0.96 (max_len 16) to 0.97 (max_len 32); it fails only
-          on random strings with equal counts that are not balanced. (Zhong &
-          Andreas report about 52% balanced and 93% for counting; their
-          lengths and perturbation are not known here.)
+  'za'    Zhong & Andreas's generator (DESIGN §7). Each example independently:
+            with probability 1/3, a uniformly random string over '()' with
+              length uniform in [1, L];
+            with probability 2/3, a balanced string of t pairs, t uniform in
+              [1, L // 2], from the grammar B(1) = '()', and for t >= 2 with
+              probability 1/2 B(t) = '(' + B(t - 1) + ')', otherwise
+              B(t) = B(u) + B(t - u) with u uniform in [1, t - 1]. Half of
+              these are kept as they are; the other half get a mutation code c
+              uniform in {0, 1, 2, 3}:
+                c & 1: n_swap ~ Geometric(ZA_GEOMETRIC_P) swaps, one after the
+                       other, each of the brackets at two independent uniform
+                       positions (equal positions: no change);
+                c & 2: n_flip ~ Geometric(ZA_GEOMETRIC_P) flips, doubled with
+                       probability ZA_DOUBLE_PROB, each turning the bracket at a
+                       uniform position (repeats allowed: a position flipped
+                       twice is back) into the other one.
+          Geometric(p) counts trials up to the first success: 1, 2, ... with
+          mean 1 / p. Labels are the TRUE balancedness of the result (a stack
+          check). Zhong & Andreas state the mix's statistics, not p: about
+          52.5% balanced, mean length about 31, at most 60, counting '('
+          against ')' about 93% right, and among the unbalanced strings about
+          15% with equal counts. We chose p = 0.8 (mean 1.25 swaps, and
+          1.25 flips before doubling), which gives 52.4% balanced, mean length
+          30.8 (= 30.5 / 3 + 2 * 31 / 3 whatever p), counting 92.9% right
+          and 15.0% of the unbalanced with equal counts (on 4 million
+          strings); a smaller p mutates more (p = 0.5: about 51% balanced,
+          counting 92%). tests/dyck_test.py checks these statistics.
   'hard'  exactly num // 2 balanced strings (uniform Dyck words) and
-          num - num // 2 negatives (one more negative when num is odd). A
-          negative has an even length, equally many '(' and ')', and is not
-          balanced (uniform among such strings of its length), so counting
-          alone scores exactly 50%. Positives and negatives are shuffled.
+          num - num // 2 negatives (one more negative when num is odd), with
+          1 to L // 2 pairs (an even length uniform in [2, L]). A negative has
+          equally many '(' and ')' and is not balanced (uniform among such
+          strings of its length), so counting alone scores exactly 50%.
+          Positives and negatives are shuffled.
+
+Held-out strings: `generate(..., exclude=key_set(held_out_tokens))` redraws
+every row equal to a held-out row (compared by fixed-width byte keys, `keys`),
+from the same random stream, until none is left: still a deterministic
+function of the seed, and the rows that were not held out stay as drawn.
 
 Worked examples:
 
@@ -61,6 +79,10 @@ True
 0.5
 >>> counting_baseline(['()', ')(', '(()'])
 array([1, 1, 0], dtype=int32)
+>>> held_out = key_set(encode(['()', ')('], max_len=2))
+>>> _, _, texts = generate(50, max_len=2, mix='za', seed=0, exclude=held_out)
+>>> sorted(set(texts))
+['(', '((', ')', '))']
 """
 
 from collections.abc import Sequence
@@ -76,8 +98,23 @@ NUM_CLASSES = 2
 
 MIXES = ('za', 'hard')
 
+# The 'za' mutation (module docstring): swaps and flips come in
+# Geometric(ZA_GEOMETRIC_P) numbers; flips are doubled with ZA_DOUBLE_PROB.
+ZA_GEOMETRIC_P = 0.8
+ZA_DOUBLE_PROB = 2 / 3
+
+# `generate` redraws an excluded row in rounds of REDRAW_COPIES candidates, at
+# most MAX_REDRAWS rounds before giving up.
+REDRAW_COPIES = 4
+MAX_REDRAWS = 100
+
+# Breakdowns (`breakdown`): length buckets of this many brackets, and the
+# longest balanced strings counted as short.
+BUCKET = 10
+SHORT = 10
+
 _CHAR_TO_ID = {'(': OPEN, ')': CLOSE}
-_ID_TO_CHAR = {OPEN: '(', CLOSE: ')'}
+_CHARS = np.array([b'', b'(', b')', b''], dtype='S1')  # By token id.
 
 
 def is_balanced(text: str) -> bool:
@@ -112,8 +149,8 @@ def encode(texts: Sequence[str], max_len: int) -> np.ndarray:
 def decode(tokens) -> list[str]:
   """Inverse of `encode`: drops PAD and QUERY. Accepts (B, T) or a single (T,)."""
   tokens_BxT = np.atleast_2d(np.asarray(tokens))
-  return [''.join(_ID_TO_CHAR[int(t)] for t in row if int(t) in _ID_TO_CHAR)
-          for row in tokens_BxT]
+  chars_BxT = _CHARS[tokens_BxT]
+  return [row.tobytes().replace(b'\0', b'').decode() for row in chars_BxT]
 
 
 def counting_baseline(texts: Sequence[str]) -> np.ndarray:
@@ -131,22 +168,141 @@ def counting_baseline_accuracy(texts: Sequence[str], labels) -> float:
   return float(np.mean(counting_baseline(texts) == labels_B))
 
 
-def _random_lengths(rng: np.random.Generator, num: int, max_len: int,
-                    even: bool) -> np.ndarray:
-  if even:
-    return 2 * rng.integers(1, max_len // 2 + 1, size=num)
-  return rng.integers(2, max_len + 1, size=num)
+# ------------------------------------------------------------ held-out keys
+
+
+def keys(tokens_BxT) -> np.ndarray:
+  """One fixed-width byte key per token row (B,): equal rows, equal keys.
+
+  The key packs the bits (token == OPEN, token == PAD) of the row, which fix
+  it (every row ends in QUERY). Compare keys of rows of one width only.
+  """
+  tokens_BxT = np.asarray(tokens_BxT)
+  bits = np.concatenate([tokens_BxT == OPEN, tokens_BxT == PAD], axis=1)
+  packed = np.ascontiguousarray(np.packbits(bits, axis=1))
+  return packed.view(f'V{packed.shape[1]}').reshape(len(tokens_BxT))
+
+
+def key_set(*token_arrays) -> np.ndarray:
+  """The sorted distinct keys of the rows of all `token_arrays` (each (B, T))."""
+  return np.unique(np.concatenate([keys(t) for t in token_arrays]))
+
+
+def contains(sorted_keys: np.ndarray, query_keys: np.ndarray) -> np.ndarray:
+  """bool (B,): which `query_keys` are in `sorted_keys` (from `key_set`)."""
+  if not len(sorted_keys) or not len(query_keys):
+    return np.zeros(len(query_keys), bool)
+  if sorted_keys.dtype != query_keys.dtype:
+    raise ValueError(f'keys of {query_keys.dtype.itemsize}-byte rows checked '
+                     f'against a set of {sorted_keys.dtype.itemsize}-byte '
+                     'rows: the token rows differ in width (max_len).')
+  index = np.minimum(np.searchsorted(sorted_keys, query_keys),
+                     len(sorted_keys) - 1)
+  return sorted_keys[index] == query_keys
+
+
+# --------------------------------------------------------------- generators
+# A batch of strings is (open_BxL bool, lengths_B): row b spells
+# open_BxL[b, L - lengths_B[b]:] ('(' where True), right-aligned as in the
+# tokens, False before it.
+
+
+def _uniform_strings(rng, num, max_len):
+  """Uniformly random strings with lengths uniform in [1, max_len]."""
+  lengths = rng.integers(1, max_len + 1, size=num)
+  open_BxL = rng.integers(0, 2, size=(num, max_len), dtype=np.uint8) > 0
+  open_BxL &= np.arange(max_len) >= max_len - lengths[:, None]
+  return open_BxL, lengths
+
+
+def _grammar_words(rng, pairs, width):
+  """open_BxW: row b one balanced string of pairs[b] pairs from the grammar,
+  right-aligned.
+
+  The recursion B(t) runs top-down over all rows at once. A pending node is
+  (row, start, t): B(t) fills positions [start, start + 2t) of its row. A run
+  of wraps comes first: each wrap has probability 1/2 while the inner size is
+  >= 2, so there are w = min(G, t - 1) of them with G ~ Geometric(1/2) on
+  {0, 1, ...}, giving '(' at [start, start + w) and ')' at the mirror
+  positions. If t - w = 1 the core is '()'; else it splits into B(u) and
+  B(t - w - u), two new nodes. Only the runs of '(' are recorded (+1 at a
+  run's first position, -1 after its last); every other position is ')'.
+  """
+  num = len(pairs)
+  run_starts = np.zeros(num * width + 1, np.int8)
+  run_ends = np.zeros(num * width + 1, np.int8)
+  size = np.asarray(pairs)
+  base = np.arange(num) * width + width - 2 * size  # Flat index of the start.
+  while size.size:
+    wraps = np.minimum(rng.geometric(0.5, size=size.size) - 1, size - 1)
+    core = size - wraps
+    leaf = core == 1  # Down to '()': one run of `size` '('.
+    run = np.where(leaf, size, wraps)
+    has = run > 0
+    run_starts[base[has]] = 1
+    run_ends[base[has] + run[has]] = 1
+    split = ~leaf
+    core = core[split]
+    base = base[split] + wraps[split]
+    left = rng.integers(1, core)  # u uniform in [1, core - 1].
+    base = np.concatenate([base, base + 2 * left])
+    size = np.concatenate([left, core - left])
+  inside_run = np.cumsum(run_starts - run_ends, dtype=np.int8)[:-1]
+  return inside_run.reshape(num, width) > 0
+
+
+def _za(rng, num, max_len):
+  """The 'za' mix: uniform strings (1/3) and grammar strings, half mutated."""
+  grammar = rng.random(num) < 2 / 3
+  g = np.flatnonzero(grammar)
+  u = np.flatnonzero(~grammar)
+  open_BxL = np.empty((num, max_len), bool)
+  lengths = np.empty(num, np.int64)
+  open_BxL[u], lengths[u] = _uniform_strings(rng, len(u), max_len)
+  pairs = rng.integers(1, max_len // 2 + 1, size=len(g))
+  lengths[g] = 2 * pairs
+  open_BxL[g] = _grammar_words(rng, pairs, max_len)
+  mutated = rng.random(len(g)) < 0.5
+  code = rng.integers(0, 4, size=len(g))
+  _swap(rng, open_BxL, lengths, g[mutated & (code & 1 > 0)])
+  _flip(rng, open_BxL, lengths, g[mutated & (code & 2 > 0)])
+  return open_BxL, lengths
+
+
+def _swap(rng, open_BxL, lengths, rows):
+  """Geometric numbers of swaps per row, one after the other; each swaps the
+  brackets at two independent uniform positions (the same one: no change)."""
+  count = rng.geometric(ZA_GEOMETRIC_P, size=len(rows))
+  first = open_BxL.shape[1] - lengths  # Where each string starts.
+  for k in range(int(count.max(initial=0))):
+    r = rows[count > k]
+    i = first[r] + rng.integers(0, lengths[r])
+    j = first[r] + rng.integers(0, lengths[r])
+    open_BxL[r, i], open_BxL[r, j] = open_BxL[r, j], open_BxL[r, i]
+
+
+def _flip(rng, open_BxL, lengths, rows):
+  """Geometric numbers of flips per row, doubled with ZA_DOUBLE_PROB; a
+  position flipped twice is back as it was."""
+  count = rng.geometric(ZA_GEOMETRIC_P, size=len(rows))
+  count *= np.where(rng.random(len(rows)) < ZA_DOUBLE_PROB, 2, 1)
+  r = np.repeat(rows, count)
+  width = open_BxL.shape[1]
+  flat = r * width + width - lengths[r] + rng.integers(0, lengths[r])
+  flat, times = np.unique(flat, return_counts=True)
+  open_BxL.reshape(-1)[flat[times % 2 == 1]] ^= True
 
 
 def _shuffled_steps(rng: np.random.Generator, ups: np.ndarray,
                     downs: np.ndarray, width: int) -> np.ndarray:
   """Row b: ups[b] +1s and downs[b] -1s in a uniformly random order, then 0s."""
   position = np.arange(width)
-  steps = np.where(position < ups[:, None], 1,
-                   np.where(position < (ups + downs)[:, None], -1, 0))
-  keys = rng.random((len(ups), width))
-  keys[position >= (ups + downs)[:, None]] = np.inf  # Padding stays last.
-  return np.take_along_axis(steps, np.argsort(keys, axis=1), axis=1)
+  steps = np.where(position < ups[:, None], np.int8(1),
+                   np.where(position < (ups + downs)[:, None], np.int8(-1),
+                            np.int8(0)))
+  keys_BxW = rng.random((len(ups), width), dtype=np.float32)
+  keys_BxW[position >= (ups + downs)[:, None]] = np.inf  # Padding stays last.
+  return np.take_along_axis(steps, np.argsort(keys_BxW, axis=1), axis=1)
 
 
 def _random_dyck_words(rng: np.random.Generator, lengths: np.ndarray) -> np.ndarray:
@@ -160,7 +316,7 @@ def _random_dyck_words(rng: np.random.Generator, lengths: np.ndarray) -> np.ndar
   n = lengths // 2
   width = int(lengths.max(initial=0)) + 1
   steps = _shuffled_steps(rng, n + 1, n, width)
-  prefix = np.cumsum(steps, axis=1) - steps  # P_0 .. P_{2n} in the valid part.
+  prefix = np.cumsum(steps, axis=1, dtype=np.int16) - steps  # P_0 .. P_{2n}.
   position = np.arange(width)
   valid = position <= (2 * n)[:, None]
   prefix = np.where(valid, prefix, np.iinfo(prefix.dtype).max)
@@ -170,72 +326,155 @@ def _random_dyck_words(rng: np.random.Generator, lengths: np.ndarray) -> np.ndar
   return np.where(position[None, :-1] < lengths[:, None], words, 0)
 
 
-def _strings(steps: np.ndarray, lengths: np.ndarray) -> list[str]:
-  chars = np.where(steps > 0, b'(', b')')
-  return [row.tobytes().decode()[:length] for row, length in zip(chars, lengths)]
-
-
-def _balanced(steps: np.ndarray) -> np.ndarray:
+def _balanced_steps(steps: np.ndarray) -> np.ndarray:
   """Rows of steps (0 past the end) that spell a balanced string."""
-  return (np.cumsum(steps, axis=1).min(axis=1, initial=0) >= 0) & (
-      steps.sum(axis=1) == 0)
+  depth = np.cumsum(steps, axis=1, dtype=np.int16)
+  return (depth.min(axis=1, initial=0) >= 0) & (depth[:, -1] == 0)
 
 
-def _za_steps(rng: np.random.Generator, num: int, max_len: int):
-  """The 'za' mix: per row a group in {random, Dyck word, perturbed Dyck word}."""
-  group = rng.integers(3, size=num)
-  random_lengths = _random_lengths(rng, num, max_len, even=False)
-  random_steps = 2 * rng.integers(2, size=(num, max_len)) - 1
-  random_steps[np.arange(max_len) >= random_lengths[:, None]] = 0
-  word_lengths = _random_lengths(rng, num, max_len, even=True)
-  words = np.zeros((num, max_len), np.int64)
-  words[:, :int(word_lengths.max(initial=0))] = _random_dyck_words(
-      rng, word_lengths)
-  position = (rng.random(num) * word_lengths).astype(np.int64)
-  redraw = 2 * rng.integers(2, size=num) - 1
-  perturbed = words.copy()
-  perturbed[np.arange(num), position] = redraw
-  steps = np.where((group == 0)[:, None], random_steps,
-                   np.where((group == 1)[:, None], words, perturbed))
-  return steps, np.where(group == 0, random_lengths, word_lengths)
-
-
-def _hard_steps(rng: np.random.Generator, num: int, max_len: int):
-  """The 'hard' mix: num // 2 Dyck words, the rest unbalanced strings with
-  equal counts (uniform among such strings of their length, by rejection: a
-  shuffle is balanced with probability 1 / (n + 1) <= 1/2), shuffled."""
-  lengths = _random_lengths(rng, num, max_len, even=True)
-  steps = np.zeros((num, max_len), np.int64)
-  half = num // 2
-  steps[:half, :int(lengths[:half].max(initial=0))] = _random_dyck_words(
-      rng, lengths[:half])
-  todo = np.arange(half, num)
+def _hard(rng, positive, max_len):
+  """'hard' rows: where positive, a uniform Dyck word; elsewhere a uniform
+  unbalanced string with equal counts (by rejection: a shuffle is balanced
+  with probability 1 / (n + 1) <= 1/2). Even lengths uniform in [2, max_len]."""
+  num = len(positive)
+  lengths = 2 * rng.integers(1, max_len // 2 + 1, size=num)
+  steps = np.zeros((num, max_len), np.int8)
+  pos = np.flatnonzero(positive)
+  steps[pos, :int(lengths[pos].max(initial=0))] = _random_dyck_words(
+      rng, lengths[pos])
+  todo = np.flatnonzero(~positive)
   while len(todo):
     n = lengths[todo] // 2
-    steps[todo] = _shuffled_steps(rng, n, n, max_len)
-    todo = todo[_balanced(steps[todo])]
-  order = rng.permutation(num)
-  return steps[order], lengths[order]
+    width = int(lengths[todo].max())
+    steps[todo, :width] = _shuffled_steps(rng, n, n, width)
+    todo = todo[_balanced_steps(steps[todo, :width])]
+  # Right-align: position c holds step c - (max_len - length).
+  source = np.arange(max_len)[None] - (max_len - lengths)[:, None]
+  chars = np.take_along_axis(steps, np.maximum(source, 0), axis=1)
+  return (source >= 0) & (chars > 0), lengths
 
 
-def generate(num: int, max_len: int, mix: str, seed: int):
-  """Returns tokens int32 (num, max_len + 1), labels int32 (num,), texts.
+def _tokens(open_BxL, lengths):
+  """Left-padded tokens (B, L + 1) of right-aligned strings (open_BxL, lengths)."""
+  num, max_len = open_BxL.shape
+  tokens_BxT = np.full((num, max_len + 1), QUERY, dtype=np.int32)
+  chars_BxL = np.uint8(CLOSE) - open_BxL.view(np.uint8)  # OPEN is CLOSE - 1,
+  chars_BxL *= np.arange(max_len) >= max_len - lengths[:, None]  # PAD is 0.
+  tokens_BxT[:, :max_len] = chars_BxL
+  return tokens_BxT
 
-  Deterministic given `seed`. See the module docstring for the mixes.
-  """
+
+def labels_of(tokens_BxT) -> np.ndarray:
+  """int32 (B,): 1 where the row's string is balanced (a stack check)."""
+  tokens_BxT = np.asarray(tokens_BxT)
+  step = (tokens_BxT == OPEN).astype(np.int16) - (tokens_BxT == CLOSE)
+  depth = np.cumsum(step, axis=1, dtype=np.int16)
+  return ((depth.min(axis=1, initial=0) >= 0) & (depth[:, -1] == 0)).astype(
+      np.int32)
+
+
+def _check(num, max_len, mix):
   if mix not in MIXES:
     raise ValueError(f'unknown mix {mix!r}; valid mixes are {MIXES}.')
   if max_len < 2:
     raise ValueError(f'max_len={max_len} is too short; use max_len >= 2.')
   if num < 0:
     raise ValueError(f'num={num} is negative; use num >= 0.')
+
+
+def generate_tokens(num: int, max_len: int, mix: str, seed: int,
+                    exclude: np.ndarray | None = None):
+  """`generate` without the texts: tokens int32 (num, T), labels int32 (num,)."""
+  _check(num, max_len, mix)
   rng = np.random.default_rng(seed)
-  steps, lengths = (_za_steps if mix == 'za' else _hard_steps)(rng, num, max_len)
-  labels_B = _balanced(steps).astype(np.int32)
-  # Left-pad: token column c holds step c - (max_len - length) of its row.
-  source = np.arange(max_len)[None] - (max_len - lengths)[:, None]
-  chars = np.take_along_axis(steps, np.maximum(source, 0), axis=1)
-  tokens_BxT = np.full((num, max_len + 1), QUERY, dtype=np.int32)
-  tokens_BxT[:, :max_len] = np.where(source < 0, PAD,
-                                     np.where(chars > 0, OPEN, CLOSE))
-  return tokens_BxT, labels_B, _strings(steps, lengths)
+  if mix == 'za':
+    draw = lambda rows: _za(rng, len(rows), max_len)
+  else:
+    positive = np.zeros(num, bool)
+    positive[rng.permutation(num)[:num // 2]] = True
+    draw = lambda rows: _hard(rng, positive[rows], max_len)
+  tokens_BxT = _tokens(*draw(np.arange(num)))
+  if exclude is None:
+    return tokens_BxT, labels_of(tokens_BxT)
+  rows = np.arange(num)
+  for redraw in range(MAX_REDRAWS + 1):
+    rows = rows[contains(exclude, keys(tokens_BxT[rows]))]
+    if not len(rows):
+      break
+    if redraw == MAX_REDRAWS:
+      raise ValueError(
+          f'{len(rows)} of {num} strings were still held-out strings after '
+          f'{MAX_REDRAWS} rounds of redraws: the held-out sets hold almost '
+          f'every string that mix {mix!r} draws at max_len={max_len}; use a '
+          'larger max_len or smaller held-out sets.')
+    # REDRAW_COPIES candidates per excluded row (one round is then nearly
+    # always enough); each row takes its first candidate that is not excluded.
+    candidates_CxR = np.tile(rows, (REDRAW_COPIES, 1))
+    drawn = _tokens(*draw(candidates_CxR.reshape(-1)))
+    ok_CxR = ~contains(exclude, keys(drawn)).reshape(candidates_CxR.shape)
+    first_R = np.argmax(ok_CxR, axis=0)
+    found_R = ok_CxR[first_R, np.arange(len(rows))]
+    choice = first_R * len(rows) + np.arange(len(rows))
+    tokens_BxT[rows[found_R]] = drawn[choice[found_R]]
+  return tokens_BxT, labels_of(tokens_BxT)
+
+
+def generate(num: int, max_len: int, mix: str, seed: int,
+             exclude: np.ndarray | None = None):
+  """Returns tokens int32 (num, max_len + 1), labels int32 (num,), texts.
+
+  Deterministic given `seed` (and `exclude`). See the module docstring for the
+  mixes. exclude: sorted keys (`key_set`) of rows never to return; such rows
+  are redrawn.
+  """
+  tokens_BxT, labels_B = generate_tokens(num, max_len, mix, seed, exclude)
+  return tokens_BxT, labels_B, decode(tokens_BxT)
+
+
+# --------------------------------------------------------------- breakdowns
+
+SUBSETS = ('balanced', 'unbalanced_unequal_counts', 'unbalanced_equal_counts')
+
+
+def breakdown(texts: Sequence[str], labels, predictions, max_len=None):
+  """Accuracy of `predictions` (B,) against `labels` (B,), overall and by part.
+
+  Returns dict(num, accuracy, by_length, by_subset, short_balanced): each part
+  is dict(num, accuracy) (accuracy None when num is 0). by_length buckets the
+  strings by their number of brackets into '1-10', '11-20', ... up to the
+  bucket of the longest text or max_len, and '0' for empty strings
+  when there are any. by_subset: balanced strings; unbalanced strings with
+  unequal counts of '(' and ')'; unbalanced strings with equal counts.
+  short_balanced: balanced strings of at most SHORT brackets. Subsets follow
+  the texts themselves (`is_balanced`), whatever `labels` say.
+  """
+  labels_B = np.asarray(labels).astype(np.int64)
+  predictions_B = np.asarray(predictions).astype(np.int64)
+  if labels_B.shape != (len(texts),) or predictions_B.shape != (len(texts),):
+    raise ValueError(f'{len(texts)} texts need ({len(texts)},) labels and '
+                     f'predictions; got {labels_B.shape} and '
+                     f'{predictions_B.shape}')
+  correct_B = predictions_B == labels_B
+  length_B = np.array([len(t) for t in texts], np.int64)
+  equal_B = np.array([t.count('(') == t.count(')') for t in texts], bool)
+  balanced_B = np.array([is_balanced(t) for t in texts], bool)
+
+  def part(mask):
+    n = int(mask.sum())
+    return dict(num=n, accuracy=float(correct_B[mask].mean()) if n else None)
+
+  longest = max(int(length_B.max(initial=0)), max_len or 0)
+  by_length = {}
+  if (length_B == 0).any():
+    by_length['0'] = part(length_B == 0)
+  for low in range(1, longest + 1, BUCKET):
+    high = low + BUCKET - 1
+    by_length[f'{low}-{high}'] = part((length_B >= low) & (length_B <= high))
+  return dict(
+      num=len(texts),
+      accuracy=float(correct_B.mean()) if len(texts) else None,
+      by_length=by_length,
+      by_subset=dict(zip(SUBSETS, (part(balanced_B),
+                                   part(~balanced_B & ~equal_B),
+                                   part(~balanced_B & equal_B)))),
+      short_balanced=part(balanced_B & (length_B <= SHORT)))

@@ -1,0 +1,40 @@
+r"""The CPU host's settings: one overlay, added as `config.cpu` on CPU only.
+
+  python -m launch.train --config=configs/dyck.py:smoke --workdir=/tmp/w \
+      --config.cpu.ynn_fusions=False --config.cpu.microbatches=1
+
+`launch.train` reads a config with this section (launch/cli.py adds it while
+it parses --config, so that --config.cpu.* overrides work) and keeps it when
+JAX runs on its CPU backend; on GPU or TPU it removes it, and none of these
+settings exists or runs there (a --config.cpu.* override there is an error).
+Every launcher tunes malloc on CPU with `tune_malloc` (this file's value, or
+the --config's). The mechanisms are in ut/cpu/host.py. A run resumes with other
+host settings: a workdir's config is compared without this section
+(ut.training.train.stored_config). Expected: the same results as without the
+overlay, bit for bit (these are today's defaults on CPU).
+"""
+
+import ml_collections
+
+
+def get_config():
+  """The section `config.cpu`."""
+  return ml_collections.ConfigDict(dict(
+      # glibc keeps XLA's per-step buffers in one heap (ut.cpu.host.tune_malloc;
+      # process-wide, applied by launch.cli before JAX starts).
+      tune_malloc=True,
+      # False: XLA CPU without its YNNPACK fusions (ut.cpu.host.compiler_options).
+      ynn_fusions=True,
+      # Parts of each training step's batch (of each device's share when data
+      # parallel): "auto" for ut.cpu.host.microbatches' cache-sized budget,
+      # or a number that divides it, e.g. "1" for the whole batch.
+      microbatches="auto"))
+
+
+def overlay(config):
+  """Adds the section `cpu` to `config` (locked or not) unless it has one;
+  returns `config`."""
+  if "cpu" not in config:
+    with config.unlocked():
+      config.cpu = get_config()
+  return config

@@ -1,0 +1,64 @@
+"""Dependencies run one way: ut/core never imports ut/cpu, ut/cpu never imports
+ut/training, and neither dodges a cycle with a function-level import."""
+
+import ast
+import os
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def imports(path):
+  """(module imported, at module level?) for every import in a file."""
+  with open(path) as f:
+    tree = ast.parse(f.read(), path)
+  top = set(map(id, tree.body))
+  out = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+      names = [f"{node.module}.{a.name}" for a in node.names]
+    else:
+      continue
+    out.extend((name, id(node) in top) for name in names)
+  return out
+
+
+def package_files(package):
+  folder = os.path.join(ROOT, *package.split("."))
+  for dirpath, _, files in os.walk(folder):
+    for name in sorted(files):
+      if name.endswith(".py"):
+        yield os.path.relpath(os.path.join(dirpath, name), ROOT)
+
+
+class ImportsTest(parameterized.TestCase):
+
+  @parameterized.parameters(("ut.core", "ut.cpu"), ("ut.core", "ut.training"),
+                            ("ut.cpu", "ut.training"))
+  def test_package_never_imports(self, package, forbidden):
+    files = list(package_files(package))
+    self.assertNotEmpty(files)
+    for path in files:
+      for name, _ in imports(os.path.join(ROOT, path)):
+        self.assertFalse(name == forbidden or name.startswith(forbidden + "."),
+                         f"{path} imports {name}")
+
+  @parameterized.parameters("ut.core", "ut.cpu", "ut.training")
+  def test_ut_imports_are_at_module_level(self, package):
+    for path in package_files(package):
+      for name, at_top in imports(os.path.join(ROOT, path)):
+        if name.startswith("ut."):
+          self.assertTrue(at_top, f"{path} imports {name} inside a function")
+
+  def test_checker_sees_imports(self):
+    # Not vacuous: the training models import the CPU forward at module level.
+    found = imports(os.path.join(ROOT, "ut", "training", "models.py"))
+    self.assertIn(("ut.cpu.forward", True), found)
+
+
+if __name__ == "__main__":
+  absltest.main()

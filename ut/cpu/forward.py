@@ -1,0 +1,192 @@
+"""The training models' forward pass restructured for XLA CPU (impl "xla_cpu").
+
+Shape glossary: B batch, T tokens, V vocabulary, C classes, M model width, H
+heads, K head width, F_j the width a sparse level holds, d sparse block width.
+
+`apply` computes what `ut.training.models.apply` computes with impl "reference"
+(the tests check them equal, gradients included), with the same parameters,
+but:
+  - every op comes from `kernels` (custom VJPs, LayerNorm row sums as matmuls);
+  - the random UT's first layer is computed from the embedding tables
+    (`_random_first_layer`);
+  - the sparse UT keeps its state as one array per level and folds the
+    parameter-free LayerNorm into what reads it (`_apply_sparse`).
+
+`spec` is duck-typed (this package never imports the training code): it needs
+kind ("sparse" | "random" | "trained"), variant ("attn" | "res_ln" |
+"res_ln_mlp"), residual, num_layers, causal, vocab_size, and for the sparse
+kind sparse_ut (a `ut.core.constructions.sparse.SparseUT`).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ut.core import transformer
+from ut.core.constructions import sparse
+from ut.cpu import kernels
+
+
+def apply(params, spec, tokens_BxT, precision=None):
+  """Logits (B, T, C) for token ids (B, T)."""
+  if spec.kind == "sparse":
+    return _apply_sparse(params, spec, tokens_BxT, precision)
+  t = tokens_BxT.shape[1]
+  z = (kernels.token_embed(tokens_BxT, params["embed"]["token"], precision)
+       + params["embed"]["position"][:t][None])
+  ln = spec.variant != "attn"
+  for layer in range(spec.num_layers):
+    if layer == 0 and spec.kind == "random":
+      a = _random_first_layer(params, spec, tokens_BxT, z, precision)
+    else:
+      a = kernels.attention_layer(
+          kernels.layer_norm(z) if ln else z,
+          *transformer.layer_params(params["layers"], layer),
+          causal=spec.causal, precision=precision)
+    z = z + a if spec.residual else a
+    if spec.variant == "res_ln_mlp":
+      mlp = jax.tree.map(lambda w: w[layer], params["mlp"])
+      hidden = jax.nn.gelu(jnp.matmul(kernels.layer_norm(z), mlp["w1"],
+                                      precision=precision)
+                           + mlp["b1"][None, None])
+      z = (z + jnp.matmul(hidden, mlp["w2"], precision=precision)
+           + mlp["b2"][None, None])
+  if ln:
+    z = kernels.layer_norm(z)
+  return kernels.unembed(z, params["unembed"], precision)
+
+
+def _random_first_layer(params, spec, tokens_BxT, z_BxTxM, precision):
+  """Layer 1 of the random UT (no residual), from the tables.
+
+  Its input z = E_tok[x] + E_pos[t] has V + T distinct rows. With
+  P_h = E_pos wv_h and R_h = E_tok wv_h,
+    sum_h A_h z wv_h = sum_h A_h P_h[:T] + sum_h (A_h onehot) R_h,
+  and with res_ln LN(z) wv_h = inv (z wv_h - mean 1^T wv_h): A_h is scaled by
+  inv along its columns and gets one more token column, mean, whose row is
+  -1^T wv_h. Both sums are one 2-D matmul: rows (b, t) and columns
+  (h, [s, v]) of [A_h, A_h onehot], (B T) x H (T + V'), against the rows
+  (h, [s, v]) of [P_h; R_h]. So (V + T) M^2 H FLOPs make the tables instead
+  of B T M^2 H the values (the layer's largest matmul), the values
+  (B, T, H, M) are never formed, the product is one matmul instead of B small
+  ones, and the position table's gradient is a matmul, not a reduce over the
+  batch.
+  """
+  b, t = tokens_BxT.shape
+  v = spec.vocab_size
+  wq, wk, wv, _ = transformer.layer_params(params["layers"], 0)
+  ln = spec.variant != "attn"
+  stats = kernels.level_stats([z_BxTxM]) if ln else None
+  x_BxTxM = (z_BxTxM - stats[0]) * stats[1] if ln else z_BxTxM
+  a_BxHxTxS = kernels.attention_maps(x_BxTxM, wq, wk, causal=spec.causal,
+                                     precision=precision)
+  cols_BxSxV = jax.nn.one_hot(tokens_BxT, v, dtype=z_BxTxM.dtype)
+  rows_HxVxM = jnp.einsum("vm,hmn->hvn", params["embed"]["token"], wv,
+                          precision=precision)
+  if ln:
+    mean_BxSx1, inv_BxSx1 = stats
+    a_BxHxTxS = a_BxHxTxS * inv_BxSx1[:, None, None, :, 0]
+    cols_BxSxV = jnp.concatenate([cols_BxSxV, mean_BxSx1], axis=-1)
+    rows_HxVxM = jnp.concatenate([rows_HxVxM, -wv.sum(1)[:, None]], axis=1)
+  pos_HxSxM = jnp.einsum("sm,hmn->hsn", params["embed"]["position"][:t], wv,
+                         precision=precision)
+  c_BxTxHxV = jnp.einsum("bhts,bsv->bthv", a_BxHxTxS, cols_BxSxV,
+                         precision=precision)
+  # One merge per reshape: a reshape that merges two pairs of axes fails on
+  # sharded (swept) runs.
+  lhs = jnp.concatenate([a_BxHxTxS.transpose(0, 2, 1, 3), c_BxTxHxV],
+                        axis=-1).reshape(b, t, -1).reshape(b * t, -1)
+  rhs = jnp.concatenate([pos_HxSxM, rows_HxVxM], axis=1)
+  return kernels.batched_matmul(lhs, rhs.reshape(-1, rhs.shape[-1]),
+                                precision).reshape(b, t, -1)
+
+
+def _levels(ut, w, axis=-1):
+  """w's axis of width m (in the sparse block order) as one part per level."""
+  return [jax.lax.slice_in_dim(w, s.start, s.stop, axis=axis % w.ndim)
+          for s in sparse.level_slices(ut)]
+
+
+def _route_levels(ut, levels, *, causal, precision, stats=None):
+  """`sparse.route_levels` with the kernels, and LayerNorm folded in.
+
+  The same routing (`sparse.root_queries_keys`, `sparse.children_by_head`),
+  with the attention laid out as (B, T, T H), columns (s, g), so that each
+  level is one batched matmul against its (B, T H, F_j / H) reshape. With
+  stats = (mean, inv) from `kernels.level_stats` it routes the LayerNorm of the
+  levels without forming it: A LN(z) = (A diag(inv)) z - A (mean inv) 1^T.
+  """
+  h = ut.num_heads
+  b, t = levels[0].shape[:2]
+  root = levels[0] if stats is None else (levels[0] - stats[0]) * stats[1]
+  a_BxHxTxT = kernels.attention_weights(*sparse.root_queries_keys(ut, root),
+                                        causal=causal, precision=precision)
+  a_BxTxTxH = a_BxHxTxT.transpose(0, 2, 3, 1)
+  shift_BxTx1 = 0.0
+  if stats is not None:
+    mean_BxTx1, inv_BxTx1 = stats
+    shift_BxTx1 = jnp.einsum("btsh,bs->bt", a_BxTxTxH,
+                             (mean_BxTx1 * inv_BxTx1)[..., 0],
+                             precision=precision)[..., None]
+    a_BxTxTxH = a_BxTxTxH * inv_BxTx1[:, None]
+  routed = [j for j in range(ut.num_layers) if levels[j + 1] is not None]
+  # Split, then merge: a reshape that does both fails on sharded (swept) runs.
+  out = kernels.batched_matmul(
+      a_BxTxTxH.reshape(b, t, t * h),
+      [sparse.children_by_head(levels[j + 1], h).reshape(b, t * h, -1)
+       for j in routed],
+      precision)
+  new = {j: o - shift_BxTx1 for j, o in zip(routed, out)}
+  return [new.get(j) for j in range(ut.num_layers)] + [None]
+
+
+def _mlp(mlp, levels, precision):
+  """z + MLP(LN(z)) on the levels' concatenation, split back into levels.
+
+  The MLP reads and writes every level, so it runs on their concatenation:
+  one matmul each way instead of one per level, and the LayerNorm of the whole
+  state in one pass; LN(z) W1 is `kernels.normed_matmul`, with no normalised
+  copy of z.
+  """
+  z = jnp.concatenate(levels, axis=-1)
+  hidden = jax.nn.gelu(
+      kernels.normed_matmul([z], [mlp["w1"]], kernels.level_stats([z]),
+                            precision)
+      + mlp["b1"][None, None])
+  z = (z + jnp.einsum("btf,fm->btm", hidden, mlp["w2"], precision=precision)
+       + mlp["b2"][None, None])
+  return jnp.split(z, np.cumsum([zj.shape[-1] for zj in levels])[:-1], axis=-1)
+
+
+def _apply_sparse(params, spec, tokens_BxT, precision):
+  """`apply` for the sparse kind with the state kept as one array per level.
+
+  No m-wide array is sliced or concatenated per layer, and in the block order
+  of `sparse` routing moves no data but the matmuls'. The parameter-free
+  LayerNorm is folded into what reads it (`_route_levels`,
+  `kernels.normed_matmul`): no normalised copy of the m-wide state is formed
+  (the sparse step is memory-bound).
+  """
+  ut = spec.sparse_ut
+  h = ut.num_heads
+  t = tokens_BxT.shape[1]
+  z = [kernels.token_embed(tokens_BxT, e, precision) + p[:t][None]
+       for e, p in zip(_levels(ut, params["embed"]["token"]),
+                       _levels(ut, params["embed"]["position"]))]
+  ln = spec.variant != "attn"
+  for layer in range(spec.num_layers):
+    new = _route_levels(ut, z, causal=spec.causal, precision=precision,
+                        stats=kernels.level_stats(z) if ln else None)
+    if spec.residual:
+      z = [zj if n is None else zj + sparse.pad_roles(n, zj.shape[-1], h**j)
+           for j, (zj, n) in enumerate(zip(z, new))]
+    else:
+      z = new
+    if spec.variant == "res_ln_mlp":
+      z = _mlp(jax.tree.map(lambda w: w[layer], params["mlp"]), z, precision)
+  rows = _levels(ut, params["unembed"], axis=0)
+  if ln:
+    return kernels.normed_matmul(z, rows, kernels.level_stats(z), precision)
+  # Without residuals only level 0 is left, narrowed to its state block.
+  return sum(jnp.einsum("btm,mc->btc", zj, u[:zj.shape[-1]], precision=precision)
+             for zj, u in zip(z, rows) if zj is not None)
