@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs import dyck as dyck_config
+from tests import xla_settings
 from ut.core.constructions import sparse
 from ut.errors import UserError
 from ut.training import data as data_lib
@@ -164,7 +165,23 @@ def np_example(p, spec, tok_T, xp=np):
 # ---------------------------------------------------------------------- tests
 
 
+class OptimizedCompileTest(parameterized.TestCase):
+  """Both implementations against the reference as XLA compiles them by
+  default; ModelsTest covers every shape with most optimizations off."""
+
+  @parameterized.parameters("sparse", "random", "trained")
+  def test_impls_match_reference(self, kind):
+    assert_impls_match_reference(make_spec(kind, "res_ln_mlp"), seed=6)
+
+
 class ModelsTest(chex.TestCase):
+  """Compiled with most XLA optimizations off (tests/xla_settings.py): the
+  values are the same computation, and compiling is most of the time here."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.enterClassContext(xla_settings.fast_compile())
 
   @parameterized.named_parameters(*COMBOS)
   def test_init_apply_shapes_and_finite(self, kind, variant):

@@ -126,13 +126,17 @@ class SweepTest(absltest.TestCase):
     steps, evals = configs[0].train.steps, steps_evaluated(configs[0])
     padded = len(configs) + -len(configs) % jax.device_count()
     self.assertEqual(calls["group"]["train_batch"], steps * padded)
-    self.assertEqual(calls["group"]["held_out_metrics"], evals * len(configs))
-    self.assertEqual(calls["single"]["held_out_metrics"], evals * len(configs))
+    # And once more per run at the end: the fixed test set (train.test_metrics).
+    for path in ("group", "single"):
+      self.assertEqual(calls[path]["held_out_metrics"],
+                       (evals + 1) * len(configs), path)
     for i, (result, want) in enumerate(zip(got, wants)):
       np.testing.assert_allclose(result["param_checksum"], want["param_checksum"],
                                  rtol=1e-5, err_msg=str(i))
       np.testing.assert_allclose(result["final_train_loss"],
                                  want["final_train_loss"], rtol=1e-4, err_msg=str(i))
+      np.testing.assert_allclose(result["test_accuracy"], want["test_accuracy"],
+                                 rtol=1e-6, err_msg=str(i))
 
   @pytest.mark.slow
   def test_restart_skips_finished_runs(self):

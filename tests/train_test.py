@@ -23,11 +23,13 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from configs import cpu as cpu_config
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
+from tests import xla_settings
 from ut.training import data as data_lib
 from ut.training import models
 from ut.training import train
@@ -88,6 +90,13 @@ def run_train(workdir, *overrides, config="configs/dyck.py:smoke"):
 
 
 class TrainAndEvaluateTest(parameterized.TestCase):
+  """Smoke training, where the loop is the point: most XLA optimizations
+  off (tests/xla_settings.py)."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.enterClassContext(xla_settings.fast_compile())
 
   @parameterized.parameters("dyck", "khop")
   def test_smoke_run_writes_outputs_and_rerun_keeps_them(self, task):
@@ -403,6 +412,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertLen(traces, 1)  # One trace for all batches of both calls.
 
 
+@pytest.mark.slow  # Each test runs launch.train as a command.
 class CommandLineTest(parameterized.TestCase):
 
   def assert_one_line_error(self, proc, pattern):

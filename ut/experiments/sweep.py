@@ -137,8 +137,8 @@ def train_group(configs):
   evaluation (`train.held_out_metrics`), with no checkpoints: a run's result
   is recorded when the group finishes. The runs, not each run's batch, are
   spread over all devices of all processes, padded to a multiple of their
-  number: config.train.data_parallel does not apply here
-  (config.train.ynn_fusions does). Every process runs this alike and ends with
+  number: config.train.data_parallel does not apply here (a `cpu` section's
+  compiler options do, configs/cpu.py). Every process runs this alike and ends with
   every run's results."""
   first = configs[0]
   task = data_lib.make_task(first)
