@@ -76,15 +76,24 @@ _STEPS = flags.DEFINE_integer("steps", 3, "Steps per timed block.")
 _OUT = flags.DEFINE_string("out", None, "Also save peer_bench.md/.json here.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a saved report.")
 
-CASES = ("za", "dyck_random", "dyck_sparse", "dyck_trained", "khop_random",
-         "khop_sparse", "khop_trained")
+CASES = (
+    "za",
+    "dyck_random",
+    "dyck_sparse",
+    "dyck_trained",
+    "khop_random",
+    "khop_sparse",
+    "khop_trained",
+)
 TOLERANCE = 2e-4  # float32: relative to the largest entry of each leaf.
 
 
 def case_config(name):
   """The ml_collections config of a case."""
   if name == "za":
-    config = dyck_config.get_config("model=random,variant=res_ln_mlp,max_len=60")
+    config = dyck_config.get_config(
+        "model=random,variant=res_ln_mlp,max_len=60"
+    )
     config.model.update(m=16, num_heads=4, head_width=4, mlp_ratio=4)
     config.train.batch_size = 1000
     return config
@@ -93,14 +102,19 @@ def case_config(name):
     return dyck_config.get_config(f"model={kind}")
   runs = []
   khop_table.sweep(lambda run, **_: runs.append(run))
-  k = max(int(item[2:]) for run in runs for item in run.split(",")
-          if item.startswith("k="))
+  k = max(
+      int(item[2:])
+      for run in runs
+      for item in run.split(",")
+      if item.startswith("k=")
+  )
   return khop_config.get_config(f"model={kind},variant=res_ln,k={k}")
 
 
 @dataclasses.dataclass
 class Case:
   """Everything the three steps need, built from one config."""
+
   name: str
   spec: object
   params: dict
@@ -113,8 +127,7 @@ def build(name):
   task = data_lib.make_task(config)
   spec = train.model_spec(config, task.info)
   state, _, _ = train.init_state(config, spec)
-  batch = jax.tree.map(np.asarray,
-                       train.train_batch(config, task, 0))
+  batch = jax.tree.map(np.asarray, train.train_batch(config, task, 0))
   return Case(name, spec, jax.device_get(state.params), batch, config)
 
 
@@ -128,16 +141,22 @@ def dense_layers(case):
   layers = p["layers"]
   stack = lambda w: (np.repeat(w, spec.num_layers, 0) if w.shape[0] == 1 else w)
   wo = layers.get("wo")
-  return (stack(layers["wq"]), stack(layers["wk"]), stack(layers["wv"]),
-          None if wo is None else stack(wo))
+  return (
+      stack(layers["wq"]),
+      stack(layers["wk"]),
+      stack(layers["wv"]),
+      None if wo is None else stack(wo),
+  )
 
 
 def split_params(case):
   """(trainable, frozen) plain dicts of numpy arrays."""
   wq, wk, wv, wo = dense_layers(case)
-  trainable = dict(token=case.params["embed"]["token"],
-                   position=case.params["embed"]["position"],
-                   unembed=case.params["unembed"])
+  trainable = dict(
+      token=case.params["embed"]["token"],
+      position=case.params["embed"]["position"],
+      unembed=case.params["unembed"],
+  )
   frozen = dict(wq=wq, wk=wk, wv=wv)
   if wo is not None:
     frozen["wo"] = wo
@@ -146,8 +165,10 @@ def split_params(case):
   if case.spec.kind == "trained":  # Every weight trains.
     trainable.update(frozen)
     frozen = {}
-  return ({k: np.asarray(v, np.float32) for k, v in trainable.items()},
-          {k: np.asarray(v, np.float32) for k, v in frozen.items()})
+  return (
+      {k: np.asarray(v, np.float32) for k, v in trainable.items()},
+      {k: np.asarray(v, np.float32) for k, v in frozen.items()},
+  )
 
 
 # --- the textbook JAX step --------------------------------------------------
@@ -173,8 +194,11 @@ def textbook_logits(p, spec, tokens):
     s = jnp.einsum("bhtk,bhsk->bhts", q, k) / np.sqrt(q.shape[-1])
     a = jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1)
     o = jnp.einsum("bhts,bhsv->bhtv", a, v)
-    out = (jnp.einsum("bhtv,hvm->btm", o, p["wo"][layer]) if "wo" in p
-           else o.sum(1))
+    out = (
+        jnp.einsum("bhtv,hvm->btm", o, p["wo"][layer])
+        if "wo" in p
+        else o.sum(1)
+    )
     z = z + out if spec.variant != "attn" else out
     if spec.variant == "res_ln_mlp":
       h = jax.nn.gelu(_layer_norm(z) @ p["mlp_w1"][layer] + p["mlp_b1"][layer])
@@ -188,8 +212,9 @@ def textbook_loss(trainable, frozen, spec, batch):
   logits = textbook_logits({**trainable, **frozen}, spec, batch["tokens"])
   labels = batch["labels"]
   valid = labels >= 0
-  ce = optax.softmax_cross_entropy_with_integer_labels(logits,
-                                                       jnp.maximum(labels, 0))
+  ce = optax.softmax_cross_entropy_with_integer_labels(
+      logits, jnp.maximum(labels, 0)
+  )
   return jnp.sum(ce * valid) / jnp.maximum(jnp.sum(valid), 1)
 
 
@@ -197,9 +222,10 @@ def textbook_step(case):
   """(step(state) -> state, state, loss_and_grads) for the textbook model."""
   tc = case.config.train
   trainable, frozen = split_params(case)
-  tx = optax.chain(optax.clip_by_global_norm(tc.grad_clip),
-                   optax.adamw(tc.lr, b1=0.9, b2=0.98,
-                               weight_decay=tc.weight_decay))
+  tx = optax.chain(
+      optax.clip_by_global_norm(tc.grad_clip),
+      optax.adamw(tc.lr, b1=0.9, b2=0.98, weight_decay=tc.weight_decay),
+  )
   batch = jax.device_put(case.batch)
   frozen = jax.device_put(frozen)
   grad_fn = jax.value_and_grad(textbook_loss)
@@ -217,8 +243,11 @@ def textbook_step(case):
   params = jax.device_put(trainable)
   step = lambda state: jitted(state, frozen, batch)
   step.lower = lambda state: jitted.lower(state, frozen, batch)
-  return (step, (params, tx.init(params)),
-          lambda p: grads_jit(p, frozen, batch))
+  return (
+      step,
+      (params, tx.init(params)),
+      lambda p: grads_jit(p, frozen, batch),
+  )
 
 
 # --- the PyTorch step ---------------------------------------------------------
@@ -246,22 +275,34 @@ def torch_step(case):
       k = torch.einsum("btm,hmk->bhtk", x, p["wk"][layer])
       v = torch.einsum("btm,hmv->bhtv", x, p["wv"][layer])
       o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-      out = (torch.einsum("bhtv,hvm->btm", o, p["wo"][layer]) if "wo" in p
-             else o.sum(1))
+      out = (
+          torch.einsum("bhtv,hvm->btm", o, p["wo"][layer])
+          if "wo" in p
+          else o.sum(1)
+      )
       z = z + out if ln else out
       if spec.variant == "res_ln_mlp":
-        h = F.gelu(norm(z) @ p["mlp_w1"][layer] + p["mlp_b1"][layer],
-                   approximate="tanh")
+        h = F.gelu(
+            norm(z) @ p["mlp_w1"][layer] + p["mlp_b1"][layer],
+            approximate="tanh",
+        )
         z = z + h @ p["mlp_w2"][layer] + p["mlp_b2"][layer]
     if ln:
       z = norm(z)
     logits = z @ p["unembed"]
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                         labels.clamp(min=0).reshape(-1), reduction="none")
+    ce = F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        labels.clamp(min=0).reshape(-1),
+        reduction="none",
+    )
     return (ce * valid.reshape(-1)).sum() / valid.sum().clamp(min=1)
 
-  opt = torch.optim.AdamW(list(tp.values()), lr=tc.lr, betas=(0.9, 0.98),
-                          weight_decay=tc.weight_decay)
+  opt = torch.optim.AdamW(
+      list(tp.values()),
+      lr=tc.lr,
+      betas=(0.9, 0.98),
+      weight_decay=tc.weight_decay,
+  )
 
   def step():
     opt.zero_grad(set_to_none=True)
@@ -290,15 +331,21 @@ def ut_step(case):
   step, place_state, place_batch = train.make_step(case.config, case.spec, tx)
   batch = place_batch(jax.device_put(case.batch))
   run = lambda s: step(s, batch)
-  grad_fn = jax.jit(jax.value_and_grad(
-      lambda p: train.loss_and_metrics(p, case.spec, batch)[0]))
+  grad_fn = jax.jit(
+      jax.value_and_grad(
+          lambda p: train.loss_and_metrics(p, case.spec, batch)[0]
+      )
+  )
   return run, place_state(state), grad_fn
 
 
 def _ut_grads_as_split(case, grads):
   """The ut gradient of the trainable leaves, named as `split_params` names them."""
-  out = dict(token=grads["embed"]["token"], position=grads["embed"]["position"],
-             unembed=grads["unembed"])
+  out = dict(
+      token=grads["embed"]["token"],
+      position=grads["embed"]["position"],
+      unembed=grads["unembed"],
+  )
   if case.spec.kind == "trained":
     out.update(grads["layers"])
     out.update({f"mlp_{k}": v for k, v in grads.get("mlp", {}).items()})
@@ -319,8 +366,10 @@ def check_agree(case, tb_grads, ut_grads, th_grads):
       err = float(np.abs(got - np.asarray(want)).max()) / scale
       worst = max(worst, err)
       if err > TOLERANCE:
-        sys.exit(f"error: {case.name}: {who} gradient of {name} differs from "
-                 f"the textbook step by {err:.2e} of its largest entry")
+        sys.exit(
+            f"error: {case.name}: {who} gradient of {name} differs from "
+            f"the textbook step by {err:.2e} of its largest entry"
+        )
   return worst
 
 
@@ -332,8 +381,9 @@ def copy_bandwidth(mib=256, repeats=5):
   src = np.ones(mib * 2**20 // 4, np.float32)
   dst = np.empty_like(src)
   np.copyto(dst, src)
-  secs = statistics.median(_timed(lambda: np.copyto(dst, src))
-                           for _ in range(repeats))
+  secs = statistics.median(
+      _timed(lambda: np.copyto(dst, src)) for _ in range(repeats)
+  )
   return 2 * src.nbytes / secs
 
 
@@ -355,9 +405,12 @@ def measure(case, roofline, bandwidth):
   th = torch_step(case) if torch is not None else None
   tb_loss, tb_g = tb_grads(tb_state[0])
   u_loss, u_g = u_grads(u_state.params)
-  err = check_agree(case, (float(tb_loss), jax.device_get(tb_g)),
-                    (float(u_loss), _ut_grads_as_split(case, u_g)),
-                    th[1]() if th else None)
+  err = check_agree(
+      case,
+      (float(tb_loss), jax.device_get(tb_g)),
+      (float(u_loss), _ut_grads_as_split(case, u_g)),
+      th[1]() if th else None,
+  )
   flops = tb_step.lower(tb_state).compile().cost_analysis()
   flops = (flops[0] if isinstance(flops, list) else flops).get("flops", 0.0)
   states = {"ut": u_state, "textbook": tb_state}
@@ -373,6 +426,7 @@ def measure(case, roofline, bandwidth):
         s, metrics = (tb_step if name == "textbook" else u_step)(s)
       jax.block_until_ready(metrics)
       states[name] = s
+
     return run
 
   names = ["ut", "textbook"] + (["torch"] if th else [])
@@ -385,16 +439,21 @@ def measure(case, roofline, bandwidth):
   ms = {n: 1e3 * statistics.median(v) for n, v in times.items()}
   dot_rate, _ = roofline_lib.rate(roofline)
   attn = attention_bytes(case)
-  row = dict(case=case.name, batch=int(case.batch["tokens"].shape[0]),
-             tokens=int(case.batch["tokens"].shape[1]),
-             ut_ms=ms["ut"], textbook_ms=ms["textbook"],
-             torch_ms=ms.get("torch", float("nan")),
-             textbook_over_ut=ms["textbook"] / ms["ut"],
-             torch_over_ut=ms.get("torch", float("nan")) / ms["ut"],
-             flop_floor_ms=1e3 * flops / dot_rate,
-             mem_floor_ms=1e3 * 11 * attn / bandwidth,
-             fused_mem_floor_ms=1e3 * 6 * attn / bandwidth,
-             dot_gflops=dot_rate / 1e9, max_grad_err=err)
+  row = dict(
+      case=case.name,
+      batch=int(case.batch["tokens"].shape[0]),
+      tokens=int(case.batch["tokens"].shape[1]),
+      ut_ms=ms["ut"],
+      textbook_ms=ms["textbook"],
+      torch_ms=ms.get("torch", float("nan")),
+      textbook_over_ut=ms["textbook"] / ms["ut"],
+      torch_over_ut=ms.get("torch", float("nan")) / ms["ut"],
+      flop_floor_ms=1e3 * flops / dot_rate,
+      mem_floor_ms=1e3 * 11 * attn / bandwidth,
+      fused_mem_floor_ms=1e3 * 6 * attn / bandwidth,
+      dot_gflops=dot_rate / 1e9,
+      max_grad_err=err,
+  )
   row["ut_over_fused_floor"] = ms["ut"] / row["fused_mem_floor_ms"]
   return row
 
@@ -404,13 +463,20 @@ def main(argv):
   names = CASES if _CASE.value == "all" else _CASE.value.split(",")
   bad = [n for n in names if n not in CASES]
   if bad or _REPEATS.value < 1 or _STEPS.value < 1:
-    sys.exit(f"error: --case={_CASE.value!r} (use any of {', '.join(CASES)} or "
-             "all), --repeats and --steps >= 1")
+    sys.exit(
+        f"error: --case={_CASE.value!r} (use any of {', '.join(CASES)} or "
+        "all), --repeats and --steps >= 1"
+    )
   if _OUT.value:
-    reports.check_output(os.path.join(_OUT.value, "peer_bench.json"),
-                         _OVERWRITE.value, "--overwrite")
+    reports.check_output(
+        os.path.join(_OUT.value, "peer_bench.json"),
+        _OVERWRITE.value,
+        "--overwrite",
+    )
   if torch is None:
-    print("PyTorch is not installed (pip install -e '.[bench]'): no torch column")
+    print(
+        "PyTorch is not installed (pip install -e '.[bench]'): no torch column"
+    )
   else:
     torch.manual_seed(0)
   roofline = roofline_lib.make()
@@ -420,20 +486,24 @@ def main(argv):
     rows.append(measure(build(name), roofline, bandwidth))
     print(json.dumps(rows[-1]), flush=True)
   table = reports.format_table(rows)
-  head = (f"copy bandwidth {bandwidth / 1e9:.1f} GB/s; medians of "
-          f"{_REPEATS.value} rounds of {_STEPS.value} steps, interleaved; "
-          f"jax {jax.__version__}, torch "
-          f"{torch.__version__ if torch is not None else 'absent'}, "
-          f"torch threads {torch.get_num_threads() if torch else '-'}")
+  head = (
+      f"copy bandwidth {bandwidth / 1e9:.1f} GB/s; medians of "
+      f"{_REPEATS.value} rounds of {_STEPS.value} steps, interleaved; "
+      f"jax {jax.__version__}, torch "
+      f"{torch.__version__ if torch is not None else 'absent'}, "
+      f"torch threads {torch.get_num_threads() if torch else '-'}"
+  )
   print(head)
   print(table)
   if _OUT.value:
     os.makedirs(_OUT.value, exist_ok=True)
-    reports.write_text(os.path.join(_OUT.value, "peer_bench.md"),
-                       head + "\n\n" + table + "\n")
-    reports.write_json(os.path.join(_OUT.value, "peer_bench.json"),
-                       dict(rows=rows, bandwidth=bandwidth,
-                            provenance=reports.provenance()))
+    reports.write_text(
+        os.path.join(_OUT.value, "peer_bench.md"), head + "\n\n" + table + "\n"
+    )
+    reports.write_json(
+        os.path.join(_OUT.value, "peer_bench.json"),
+        dict(rows=rows, bandwidth=bandwidth, provenance=reports.provenance()),
+    )
 
 
 if __name__ == "__main__":

@@ -35,10 +35,15 @@ from ut.core import transformer
 from ut.core.constructions import gaussian
 from ut.core.constructions import sparse
 
-_PART = flags.DEFINE_enum("part", "all", ["all", "ratio", "scale", "compile"],
-                          "Which benchmark to run.")
-_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).",
-                                lower_bound=1)
+_PART = flags.DEFINE_enum(
+    "part",
+    "all",
+    ["all", "ratio", "scale", "compile"],
+    "Which benchmark to run.",
+)
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 7, "Timed repeats (median reported).", lower_bound=1
+)
 
 
 def median_seconds(fns, repeats):
@@ -61,34 +66,51 @@ def median_seconds(fns, repeats):
 def bench_ratio(repeats):
   h, num_layers, d, n, batch = 2, 4, 16, 32, 32
   ut = sparse.make_sparse_ut(h, num_layers, d)
-  target = targets_lib.init(jax.random.PRNGKey(0), num_heads=h,
-                            num_layers=num_layers, width=d)
+  target = targets_lib.init(
+      jax.random.PRNGKey(0), num_heads=h, num_layers=num_layers, width=d
+  )
   program, _ = compile_lib.compile_sparse(ut, target)
   embed = jnp.asarray(program["embed"], jnp.float32)
   x = jax.random.normal(jax.random.PRNGKey(1), (batch, n, d))
   dense = jax.tree.map(jnp.asarray, sparse.to_dense(ut))
 
   def structured_loss(e):
-    return jnp.sum(sparse.sparse_apply(ut, e, x, causal=True, residual=False)**2)
+    return jnp.sum(
+        sparse.sparse_apply(ut, e, x, causal=True, residual=False) ** 2
+    )
 
   def dense_loss(e):
-    y = transformer.forward(dict(dense, embed=e), x, num_layers=num_layers,
-                            causal=True, residual=False)
+    y = transformer.forward(
+        dict(dense, embed=e),
+        x,
+        num_layers=num_layers,
+        causal=True,
+        residual=False,
+    )
     return jnp.sum(y**2)
 
-  fns = {name: jax.jit(jax.value_and_grad(f))
-         for name, f in (("structured", structured_loss), ("dense", dense_loss))}
+  fns = {
+      name: jax.jit(jax.value_and_grad(f))
+      for name, f in (("structured", structured_loss), ("dense", dense_loss))
+  }
   outs = {name: fn(embed) for name, fn in fns.items()}
-  rel = float(jnp.abs(outs["structured"][1] - outs["dense"][1]).max()
-              / jnp.abs(outs["dense"][1]).max())
-  secs = median_seconds({name: functools.partial(fn, embed)
-                         for name, fn in fns.items()}, repeats)
-  print(f"[ratio] sparse UT H={h} L={num_layers} d={d} m={ut.m} n={n} batch={batch},"
-        f" forward+grad wrt E, median of {repeats} interleaved rounds:")
+  rel = float(
+      jnp.abs(outs["structured"][1] - outs["dense"][1]).max()
+      / jnp.abs(outs["dense"][1]).max()
+  )
+  secs = median_seconds(
+      {name: functools.partial(fn, embed) for name, fn in fns.items()}, repeats
+  )
+  print(
+      f"[ratio] sparse UT H={h} L={num_layers} d={d} m={ut.m} n={n} batch={batch},"
+      f" forward+grad wrt E, median of {repeats} interleaved rounds:"
+  )
   print(f"  dense      {secs['dense'] * 1e3:9.2f} ms")
   print(f"  structured {secs['structured'] * 1e3:9.2f} ms")
-  print(f"  speed-up (dense / structured): {secs['dense'] / secs['structured']:.1f}x;"
-        f" max rel diff of grads {rel:.2e}")
+  print(
+      f"  speed-up (dense / structured): {secs['dense'] / secs['structured']:.1f}x;"
+      f" max rel diff of grads {rel:.2e}"
+  )
 
 
 def bench_scale():
@@ -96,40 +118,52 @@ def bench_scale():
   t0 = time.perf_counter()
   ut = sparse.make_sparse_ut(h, num_layers, d)
   t1 = time.perf_counter()
-  target = targets_lib.init(jax.random.PRNGKey(0), num_heads=h,
-                            num_layers=num_layers, width=d).astype(np.float64)
+  target = targets_lib.init(
+      jax.random.PRNGKey(0), num_heads=h, num_layers=num_layers, width=d
+  ).astype(np.float64)
   program, _ = compile_lib.compile_sparse(ut, target)
   t2 = time.perf_counter()
   x = np.random.default_rng(0).standard_normal((1, batch, n, d))
-  result = simulate.check(ut, simulate.stack([program]), simulate.stack([target]), x)
+  result = simulate.check(
+      ut, simulate.stack([program]), simulate.stack([target]), x
+  )
   t3 = time.perf_counter()
   peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
   dense_gb = ut.m**2 * 4 / 1e9  # One m x m float32 matrix.
-  print(f"[scale] sparse UT H={h} L={num_layers} d={d}: m={ut.m} "
-        f"(formula {bounds.sparse_width(h, num_layers, d)}); one dense m x m R_V needs "
-        f"{dense_gb:.0f} GB in float32")
-  print(f"  build {t1 - t0:.2f}s  compile {t2 - t1:.2f}s  simulate-check "
-        f"(f64 target + f32 and f64 UT, {batch}x{n} tokens, incl. XLA compile) "
-        f"{t3 - t2:.2f}s  total {t3 - t0:.2f}s")
-  print(f"  peak RSS {peak_gb:.2f} GB (whole process, incl. JAX runtime); "
-        f"f32 rel err {result['float32']['max_rel_err']:.2e}, f64 abs err "
-        f"{result['float64']['max_abs_err']:.2e}")
+  print(
+      f"[scale] sparse UT H={h} L={num_layers} d={d}: m={ut.m} "
+      f"(formula {bounds.sparse_width(h, num_layers, d)}); one dense m x m R_V needs "
+      f"{dense_gb:.0f} GB in float32"
+  )
+  print(
+      f"  build {t1 - t0:.2f}s  compile {t2 - t1:.2f}s  simulate-check "
+      f"(f64 target + f32 and f64 UT, {batch}x{n} tokens, incl. XLA compile) "
+      f"{t3 - t2:.2f}s  total {t3 - t0:.2f}s"
+  )
+  print(
+      f"  peak RSS {peak_gb:.2f} GB (whole process, incl. JAX runtime); "
+      f"f32 rel err {result['float32']['max_rel_err']:.2e}, f64 abs err "
+      f"{result['float64']['max_abs_err']:.2e}"
+  )
 
 
 def bench_compile():
   print("[compile] random UT, per-layer, m = N, float64 least squares:")
   for h, num_layers, d in ((2, 4, 16), (3, 3, 16), (2, 4, 32), (2, 5, 24)):
     n = bounds.random_threshold(h, num_layers, d)
-    target = targets_lib.init(jax.random.PRNGKey(0), num_heads=h,
-                              num_layers=num_layers, width=d).astype(np.float64)
+    target = targets_lib.init(
+        jax.random.PRNGKey(0), num_heads=h, num_layers=num_layers, width=d
+    ).astype(np.float64)
     ut = gaussian.make_gaussian_ut(h, num_layers, n, d, seed=0)
     start = time.perf_counter()
     a, _ = compile_lib.linear_system(ut, target)
     t_sys = time.perf_counter() - start
     _, report = compile_lib.compile_random(ut, target)
-    print(f"  H={h} L={num_layers} d={d} N={n}: build A {t_sys:.2f}s, "
-          f"total compile {report.seconds:.2f}s, cond {report.cond:.3g}, "
-          f"rel residual {report.rel_residual:.1e} (A is {a.shape[0]}x{a.shape[1]})")
+    print(
+        f"  H={h} L={num_layers} d={d} N={n}: build A {t_sys:.2f}s, "
+        f"total compile {report.seconds:.2f}s, cond {report.cond:.3g}, "
+        f"rel residual {report.rel_residual:.1e} (A is {a.shape[0]}x{a.shape[1]})"
+    )
 
 
 def main(argv):
@@ -137,9 +171,13 @@ def main(argv):
   part = _PART.value
   if part in ("all", "ratio"):
     bench_ratio(_REPEATS.value)
-  if part == "all":  # Own process, so that peak memory is the scale run's alone.
-    subprocess.run([sys.executable, "-m", "benchmarks.sparse_bench",
-                    "--part=scale"], check=True)
+  if (
+      part == "all"
+  ):  # Own process, so that peak memory is the scale run's alone.
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.sparse_bench", "--part=scale"],
+        check=True,
+    )
   if part == "scale":
     bench_scale()
   if part in ("all", "compile"):

@@ -101,27 +101,40 @@ import jax
 
 from configs import dyck as dyck_config
 from configs import khop as khop_config
-from ut.training import data as data_lib
-from ut.io import reports
-from ut.io import roofline as roofline_lib
-from ut.training import train
 from ut.core.constructions import sparse
 from ut.errors import UserError
+from ut.io import reports
+from ut.io import roofline as roofline_lib
+from ut.training import data as data_lib
+from ut.training import train
 
-_PART = flags.DEFINE_enum("part", "all", ["all", "fixed", "configs", "microbatches"],
-                          "Which measurements to run.")
-_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed repeats (median reported).",
-                                lower_bound=1)
+_PART = flags.DEFINE_enum(
+    "part",
+    "all",
+    ["all", "fixed", "configs", "microbatches"],
+    "Which measurements to run.",
+)
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 7, "Timed repeats (median reported).", lower_bound=1
+)
 _MIN_BLOCK_S = flags.DEFINE_float(
-    "min_block_s", 0.25, "Each timed repeat runs whole steps for at least this "
-    "many seconds (small steps run several per repeat).")
+    "min_block_s",
+    0.25,
+    "Each timed repeat runs whole steps for at least this "
+    "many seconds (small steps run several per repeat).",
+)
 _OUT = flags.DEFINE_string(
-    "out", None, "Folder to save the report in (<benchmark>.md and .json).")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False,
-                               "Replace an existing report in --out.")
+    "out", None, "Folder to save the report in (<benchmark>.md and .json)."
+)
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Replace an existing report in --out."
+)
 _MALLOPT = flags.DEFINE_bool(
-    "mallopt", False, "Before JAX starts, make glibc keep freed memory in its "
-    "main heap, so that XLA's temp buffer is not page-faulted in every step.")
+    "mallopt",
+    False,
+    "Before JAX starts, make glibc keep freed memory in its "
+    "main heap, so that XLA's temp buffer is not page-faulted in every step.",
+)
 
 ROOFLINE_N = roofline_lib.N
 TARGET_RATIO = 0.65
@@ -131,6 +144,7 @@ CONFIG_FILES = {"dyck": dyck_config, "khop": khop_config}
 @dataclasses.dataclass(frozen=True)
 class Case:
   """One measurement: a config file, its argument, and fields set on top."""
+
   name: str
   config_file: str
   arg: str
@@ -147,23 +161,50 @@ class Case:
 
 
 # Pinned, so that a change of the configs' defaults does not move the target.
-FIXED = Case("fixed: random attn m256 H2 L2 n64 B256", "dyck",
-             "model=random,variant=attn,max_len=63", batch_size=256,
-             model=(("m", 256), ("num_heads", 2), ("num_layers", 2),
-                    ("head_width", 32), ("shared", False)))
+FIXED = Case(
+    "fixed: random attn m256 H2 L2 n64 B256",
+    "dyck",
+    "model=random,variant=attn,max_len=63",
+    batch_size=256,
+    model=(
+        ("m", 256),
+        ("num_heads", 2),
+        ("num_layers", 2),
+        ("head_width", 32),
+        ("shared", False),
+    ),
+)
 CONFIGS = tuple(
-    Case(f"dyck.py:model={kind},variant={variant}", "dyck",
-         f"model={kind},variant={variant}")
+    Case(
+        f"dyck.py:model={kind},variant={variant}",
+        "dyck",
+        f"model={kind},variant={variant}",
+    )
     for kind in ("sparse", "random", "trained")
-    for variant in ("attn", "res_ln", "res_ln_mlp")) + tuple(
-        Case(f"khop.py:model=sparse,variant=res_ln,k={k}", "khop",
-             f"model=sparse,variant=res_ln,k={k}") for k in (1, 2))
+    for variant in ("attn", "res_ln", "res_ln_mlp")
+) + tuple(
+    Case(
+        f"khop.py:model=sparse,variant=res_ln,k={k}",
+        "khop",
+        f"model=sparse,variant=res_ln,k={k}",
+    )
+    for k in (1, 2)
+)
 # The sparse UT's largest default configs, for --part=microbatches.
 MICROBATCH_CASES = tuple(
-    Case(f"khop.py:model=sparse,variant={v},k=4", "khop",
-         f"model=sparse,variant={v},k=4") for v in ("res_ln", "res_ln_mlp")) + (
-             Case("dyck.py:model=sparse,variant=res_ln_mlp", "dyck",
-                  "model=sparse,variant=res_ln_mlp"),)
+    Case(
+        f"khop.py:model=sparse,variant={v},k=4",
+        "khop",
+        f"model=sparse,variant={v},k=4",
+    )
+    for v in ("res_ln", "res_ln_mlp")
+) + (
+    Case(
+        "dyck.py:model=sparse,variant=res_ln_mlp",
+        "dyck",
+        "model=sparse,variant=res_ln_mlp",
+    ),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,8 +213,8 @@ class Result:
   steps_per_s: float
   xla_flops: float
   analytic_flops: float
-  roofline: float       # FLOP/s of the 2048^2 dot, measured alongside.
-  sys_share: float      # Kernel share of the step's CPU time.
+  roofline: float  # FLOP/s of the 2048^2 dot, measured alongside.
+  sys_share: float  # Kernel share of the step's CPU time.
   shape: str
 
   @property
@@ -190,7 +231,7 @@ def analytic_flops(spec, batch_size, num_tokens):
   b, t, m, h = batch_size, num_tokens, spec.model_width, spec.num_heads
   k, c, num_layers = spec.head_width, spec.num_classes, spec.num_layers
   once = 2 * b * t * spec.vocab_size * m  # Backward 1x forward (embedding).
-  twice = 0.0                             # Backward 2x forward.
+  twice = 0.0  # Backward 2x forward.
   out_width = m
   if spec.kind == "sparse":  # What each level holds (None: known zero).
     held = [s.stop - s.start for s in sparse.level_slices(spec.sparse_ut)]
@@ -205,11 +246,17 @@ def analytic_flops(spec, batch_size, num_tokens):
       else:
         once += h * 2 * b * t * m * m
     elif spec.kind == "trained":
-      twice += h * (2 * 2 * b * t * m * k + 2 * b * t * t * k + 2 * b * t * m * k
-                    + 2 * b * t * t * k + 2 * b * t * k * m)
+      twice += h * (
+          2 * 2 * b * t * m * k
+          + 2 * b * t * t * k
+          + 2 * b * t * m * k
+          + 2 * b * t * t * k
+          + 2 * b * t * k * m
+      )
     else:  # sparse: levels 1.. route what they hold (`sparse.route_levels`)
-      twice += (h * 2 * b * t * t * spec.width
-                + sum(2 * b * t * t * f for f in held[1:] if f))
+      twice += h * 2 * b * t * t * spec.width + sum(
+          2 * b * t * t * f for f in held[1:] if f
+      )
       if not spec.residual:  # Level j gets level j+1's strings, 1/H as many;
         held = [f and f // h for f in held[1:]] + [None]  # the leaves none.
         out_width = sum(f for f in held if f)
@@ -241,8 +288,11 @@ def keep_heap():
   """glibc: one arena, no mmap'd chunks, no trimming (must run before JAX starts)."""
   libc = ctypes.CDLL("libc.so.6")
   m_trim_threshold, m_mmap_max, m_arena_max = -1, -4, -8
-  ok = (libc.mallopt(m_arena_max, 1) and libc.mallopt(m_mmap_max, 0)
-        and libc.mallopt(m_trim_threshold, 2**30))
+  ok = (
+      libc.mallopt(m_arena_max, 1)
+      and libc.mallopt(m_mmap_max, 0)
+      and libc.mallopt(m_trim_threshold, 2**30)
+  )
   if not ok:
     raise RuntimeError("mallopt failed")
 
@@ -256,8 +306,12 @@ def bench_step(case, roofline, repeats, min_block_s):
   batch = jax.device_put(train.train_batch(config, task, 0))
   b, t = batch["tokens"].shape
   microbatches = case.microbatches or train.default_microbatches(b, t, spec)
-  step = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx,
-                                   microbatches=microbatches), donate_argnums=0)
+  step = jax.jit(
+      functools.partial(
+          train.train_step, spec=spec, tx=tx, microbatches=microbatches
+      ),
+      donate_argnums=0,
+  )
   compiled = step.lower(state, batch).compile()
   holder = [state]
 
@@ -283,25 +337,36 @@ def bench_step(case, roofline, repeats, min_block_s):
     user_1, system_1 = _cpu_seconds()
     user, system = user + user_1 - user_0, system + system_1 - system_0
   _, analytic = analytic_flops(spec, b, t)
-  whole = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx,
-                                    microbatches=1))
-  shape = (f"{spec.kind}/{spec.variant} M={spec.model_width} H={spec.num_heads} "
-           f"L={spec.num_layers} T={t} B={b} "
-           f"microbatches={microbatches}")
-  return Result(case.name, statistics.median(rates),
-                xla_flops(whole.lower(holder[0], batch).compile()),
-                analytic, roof_flops / statistics.median(roof_secs),
-                system / max(user + system, 1e-9),
-                shape)
+  whole = jax.jit(
+      functools.partial(train.train_step, spec=spec, tx=tx, microbatches=1)
+  )
+  shape = (
+      f"{spec.kind}/{spec.variant} M={spec.model_width} H={spec.num_heads} "
+      f"L={spec.num_layers} T={t} B={b} "
+      f"microbatches={microbatches}"
+  )
+  return Result(
+      case.name,
+      statistics.median(rates),
+      xla_flops(whole.lower(holder[0], batch).compile()),
+      analytic,
+      roof_flops / statistics.median(roof_secs),
+      system / max(user + system, 1e-9),
+      shape,
+  )
 
 
 def table_lines(results):
   """The results table, then each case's shape, as lines of text."""
-  header = (f"{'measurement':42s} {'steps/s':>8s} {'ms/step':>8s} "
-            f"{'GF/step':>7s} {'GF/step':>7s} {'GFLOP/s':>8s} {'GFLOP/s':>8s} "
-            f"{'roofline':>8s} {'ratio':>6s} {'ratio':>6s} {'sys%':>5s}")
-  units = (f"{'':42s} {'':>8s} {'':>8s} {'xla':>7s} {'anlytc':>7s} {'xla':>8s} "
-           f"{'anlytc':>8s} {'GFLOP/s':>8s} {'xla':>6s} {'anlytc':>6s} {'':>5s}")
+  header = (
+      f"{'measurement':42s} {'steps/s':>8s} {'ms/step':>8s} "
+      f"{'GF/step':>7s} {'GF/step':>7s} {'GFLOP/s':>8s} {'GFLOP/s':>8s} "
+      f"{'roofline':>8s} {'ratio':>6s} {'ratio':>6s} {'sys%':>5s}"
+  )
+  units = (
+      f"{'':42s} {'':>8s} {'':>8s} {'xla':>7s} {'anlytc':>7s} {'xla':>8s} "
+      f"{'anlytc':>8s} {'GFLOP/s':>8s} {'xla':>6s} {'anlytc':>6s} {'':>5s}"
+  )
   lines = [header, units, "-" * len(header)]
   for r in results:
     lines.append(
@@ -309,7 +374,8 @@ def table_lines(results):
         f"{r.xla_flops / 1e9:7.3f} {r.analytic_flops / 1e9:7.3f} "
         f"{r.xla_rate / 1e9:8.2f} {r.analytic_rate / 1e9:8.2f} "
         f"{r.roofline / 1e9:8.1f} {r.xla_rate / r.roofline:6.3f} "
-        f"{r.analytic_rate / r.roofline:6.3f} {100 * r.sys_share:5.1f}")
+        f"{r.analytic_rate / r.roofline:6.3f} {100 * r.sys_share:5.1f}"
+    )
   lines.append("")
   lines += [f"  {r.name}: {r.shape}" for r in results]
   return lines
@@ -320,8 +386,11 @@ def main(argv):
   if _MALLOPT.value:
     keep_heap()
   out = _OUT.value
-  paths = [] if out is None else [os.path.join(out, f"train_bench.{ext}")
-                                  for ext in ("md", "json")]
+  paths = (
+      []
+      if out is None
+      else [os.path.join(out, f"train_bench.{ext}") for ext in ("md", "json")]
+  )
   try:
     if paths:
       reports.check_folder(out, "--out")
@@ -338,61 +407,98 @@ def main(argv):
   start = time.perf_counter()
   cpus = os.cpu_count()
   load = os.getloadavg()[0]
-  say(f"[train] jax {jax.__version__} on {jax.devices()[0].platform} "
+  say(
+      f"[train] jax {jax.__version__} on {jax.devices()[0].platform} "
       f"({cpus} CPUs, 1-min load average {load:.1f}); medians of {repeats}"
-      f"{'; --mallopt' if _MALLOPT.value else ''}")
+      f"{'; --mallopt' if _MALLOPT.value else ''}"
+  )
   if load > 0.5 * cpus:
-    say("  note: other processes share the CPUs; each ratio divides by a "
+    say(
+        "  note: other processes share the CPUs; each ratio divides by a "
         "roofline measured alongside its step, but the dot loses more to "
-        "them than a step does, so ratios read higher than on a quiet machine")
+        "them than a step does, so ratios read higher than on a quiet machine"
+    )
   roofline = roofline_lib.make()
   rate, secs = roofline_lib.rate(roofline, repeats)
-  say(f"  roofline: jnp.dot {ROOFLINE_N}x{ROOFLINE_N} float32, {secs * 1e3:.1f} ms,"
-      f" {rate / 1e9:.1f} GFLOP/s")
+  say(
+      f"  roofline: jnp.dot {ROOFLINE_N}x{ROOFLINE_N} float32, {secs * 1e3:.1f} ms,"
+      f" {rate / 1e9:.1f} GFLOP/s"
+  )
   cases = ([FIXED] if part in ("all", "fixed") else []) + (
-      list(CONFIGS) if part in ("all", "configs") else [])
+      list(CONFIGS) if part in ("all", "configs") else []
+  )
   if part == "microbatches":  # Each case by default, then in one whole batch.
-    cases = [c for case in MICROBATCH_CASES for c in (
-        case, dataclasses.replace(case, name=case.name + " whole",
-                                  microbatches=1))]
-  results = [bench_step(case, roofline, repeats, _MIN_BLOCK_S.value)
-             for case in cases]
+    cases = [
+        c
+        for case in MICROBATCH_CASES
+        for c in (
+            case,
+            dataclasses.replace(
+                case, name=case.name + " whole", microbatches=1
+            ),
+        )
+    ]
+  results = [
+      bench_step(case, roofline, repeats, _MIN_BLOCK_S.value) for case in cases
+  ]
   say()
   for line in table_lines(results):
     say(line)
   for r in results:
     if r.name == FIXED.name:
-      verdict = "meets" if r.analytic_rate / r.roofline >= TARGET_RATIO else "misses"
-      say(f"\n  fixed size {verdict} the issue's target of {TARGET_RATIO} x "
+      verdict = (
+          "meets" if r.analytic_rate / r.roofline >= TARGET_RATIO else "misses"
+      )
+      say(
+          f"\n  fixed size {verdict} the issue's target of {TARGET_RATIO} x "
           f"roofline on the analytic count: {r.analytic_rate / r.roofline:.3f}"
           f" ({r.xla_rate / r.roofline:.3f} on XLA's count, which is "
           f"{(r.xla_flops - r.analytic_flops) / 1e9:.2f} GFLOP/step higher: "
-          f"elementwise work and work the step need not do)")
+          f"elementwise work and work the step need not do)"
+      )
       if jax.device_count() == 1 and (os.cpu_count() or 1) > 1:
-        say("  (one device; `python -m benchmarks.dp_bench` measures the same "
+        say(
+            "  (one device; `python -m benchmarks.dp_bench` measures the same "
             "step data parallel over one device per core, as `launch.train "
-            "--cpu_devices=N` runs it)")
+            "--cpu_devices=N` runs it)"
+        )
   if part == "microbatches":
     say()
     for default, whole in zip(results[::2], results[1::2]):
       # Each against the roofline measured beside it: the two are timed one
       # after the other, and the machine's speed drifts in between.
-      ratio = ((default.steps_per_s / default.roofline)
-               / (whole.steps_per_s / whole.roofline))
-      say(f"  {default.name}: default microbatches run {ratio:.2f}x the steps/s "
-          "of the whole batch (each over its own roofline)")
+      ratio = (default.steps_per_s / default.roofline) / (
+          whole.steps_per_s / whole.roofline
+      )
+      say(
+          f"  {default.name}: default microbatches run {ratio:.2f}x the steps/s "
+          "of the whole batch (each over its own roofline)"
+      )
   say(f"  total {time.perf_counter() - start:.0f}s")
   if out is not None:
     os.makedirs(out, exist_ok=True)
     with open(paths[0], "w") as f:
       f.write("\n".join(lines) + "\n")
-    reports.write_json(paths[1], dict(
-        roofline_flops_per_s=rate, load_average_1min=load, cpus=cpus,
-        repeats=repeats, part=part, mallopt=_MALLOPT.value,
-        results=[dict(dataclasses.asdict(r),
-                      ratio_analytic=r.analytic_rate / r.roofline,
-                      ratio_xla=r.xla_rate / r.roofline) for r in results],
-        provenance=reports.provenance()))
+    reports.write_json(
+        paths[1],
+        dict(
+            roofline_flops_per_s=rate,
+            load_average_1min=load,
+            cpus=cpus,
+            repeats=repeats,
+            part=part,
+            mallopt=_MALLOPT.value,
+            results=[
+                dict(
+                    dataclasses.asdict(r),
+                    ratio_analytic=r.analytic_rate / r.roofline,
+                    ratio_xla=r.xla_rate / r.roofline,
+                )
+                for r in results
+            ],
+            provenance=reports.provenance(),
+        ),
+    )
     print(f"wrote {paths[0]} and {paths[1]}")
 
 

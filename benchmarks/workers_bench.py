@@ -37,16 +37,23 @@ import time
 from absl import app
 from absl import flags
 
-_WORKERS = flags.DEFINE_integer("workers", 2, "Processes run together.",
-                                lower_bound=1)
-_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed blocks (median reported).",
-                                lower_bound=1)
+_WORKERS = flags.DEFINE_integer(
+    "workers", 2, "Processes run together.", lower_bound=1
+)
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 5, "Timed blocks (median reported).", lower_bound=1
+)
 _BLOCK_S = flags.DEFINE_float("block_s", 1.0, "Least seconds per timed block.")
 _CASES = flags.DEFINE_list("cases", None, "Case names (default: all).")
 _PAIRS = flags.DEFINE_list(
-    "pairs", None, "CASE_A:CASE_B pairs to time as two pinned workers: alone, "
-    "beside a twin and beside each other (instead of --cases).")
-_CHILD = flags.DEFINE_string("child", None, "Internal: time this case, print ms.")
+    "pairs",
+    None,
+    "CASE_A:CASE_B pairs to time as two pinned workers: alone, "
+    "beside a twin and beside each other (instead of --cases).",
+)
+_CHILD = flags.DEFINE_string(
+    "child", None, "Internal: time this case, print ms."
+)
 
 # (config file, argument): default configs of the tables' sweeps.
 CASES = {
@@ -54,9 +61,18 @@ CASES = {
     "dyck_sparse_res_ln": ("dyck", "model=sparse,variant=res_ln"),
     "khop_random_attn_k2": ("khop", "model=random,variant=attn,k=2"),
     "khop_sparse_res_ln_k2": ("khop", "model=sparse,variant=res_ln,k=2"),
-    "khop_sparse_res_ln_mlp_k4": ("khop", "model=sparse,variant=res_ln_mlp,k=4"),
-    "khop_sparse_res_ln_mlp_k3": ("khop", "model=sparse,variant=res_ln_mlp,k=3"),
-    "khop_random_res_ln_mlp_k4": ("khop", "model=random,variant=res_ln_mlp,k=4"),
+    "khop_sparse_res_ln_mlp_k4": (
+        "khop",
+        "model=sparse,variant=res_ln_mlp,k=4",
+    ),
+    "khop_sparse_res_ln_mlp_k3": (
+        "khop",
+        "model=sparse,variant=res_ln_mlp,k=3",
+    ),
+    "khop_random_res_ln_mlp_k4": (
+        "khop",
+        "model=random,variant=res_ln_mlp,k=4",
+    ),
 }
 # Cases of the default run (the last two are for --pairs).
 DEFAULT_CASES = tuple(CASES)[:5]
@@ -65,18 +81,21 @@ DEFAULT_CASES = tuple(CASES)[:5]
 def time_case(name, repeats, block_s):
   """Median ms per train step of one case, in this process."""
   import jax  # pylint: disable=g-import-not-at-top
+
   from configs import dyck  # pylint: disable=g-import-not-at-top
   from configs import khop  # pylint: disable=g-import-not-at-top
   from ut.training import data as data_lib  # pylint: disable=g-import-not-at-top
   from ut.training import train  # pylint: disable=g-import-not-at-top
+
   module, arg = CASES[name]
   config = {"dyck": dyck, "khop": khop}[module].get_config(arg)
   task = data_lib.make_task(config)
   spec = train.model_spec(config, task.info)
   state, tx, _ = train.init_state(config, spec)
   batch = jax.device_put(train.train_batch(config, task, 0))
-  step = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx),
-                 donate_argnums=0)
+  step = jax.jit(
+      functools.partial(train.train_step, spec=spec, tx=tx), donate_argnums=0
+  )
   holder = [step(state, batch)[0]]
 
   def run(n):
@@ -95,11 +114,22 @@ def time_case(name, repeats, block_s):
 def _spawn(name, cpus=None):
   """A timing process for case `name`, pinned to `cpus` unless None."""
   return subprocess.Popen(
-      [sys.executable, "-m", "benchmarks.workers_bench", f"--child={name}",
-       f"--repeats={_REPEATS.value}", f"--block_s={_BLOCK_S.value}"],
-      preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
-      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-      text=True)
+      [
+          sys.executable,
+          "-m",
+          "benchmarks.workers_bench",
+          f"--child={name}",
+          f"--repeats={_REPEATS.value}",
+          f"--block_s={_BLOCK_S.value}",
+      ],
+      preexec_fn=None
+      if cpus is None
+      else lambda: os.sched_setaffinity(0, cpus),
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+  )
 
 
 def _ms(procs):
@@ -121,15 +151,20 @@ def _ms(procs):
 def _check_cases(names):
   unknown = sorted(set(names) - set(CASES))
   if unknown:
-    raise app.UsageError(f"unknown case(s) {unknown}; choose from {list(CASES)}")
+    raise app.UsageError(
+        f"unknown case(s) {unknown}; choose from {list(CASES)}"
+    )
 
 
 def time_pairs(pairs):
   """--pairs: each pair as two pinned workers, alone, twinned and mixed."""
   from ut.cpu import workers  # pylint: disable=g-import-not-at-top
+
   cpus = [workers.worker_cpus(i, 2) for i in range(2)]
-  print(f"{'pair A:B':52s} {'A alone':>8s} {'A|A':>7s} {'A|B':>7s} "
-        f"{'B alone':>8s} {'B|B':>7s} {'B|A':>7s} {'mixed/twins':>11s}")
+  print(
+      f"{'pair A:B':52s} {'A alone':>8s} {'A|A':>7s} {'A|B':>7s} "
+      f"{'B alone':>8s} {'B|B':>7s} {'B|A':>7s} {'mixed/twins':>11s}"
+  )
   for pair in pairs:
     a, b = pair.split(":")
     a_alone = _ms([_spawn(a, cpus[0])])[0]
@@ -137,11 +172,15 @@ def time_pairs(pairs):
     a_twin = statistics.median(_ms([_spawn(a, c) for c in cpus]))
     b_twin = statistics.median(_ms([_spawn(b, c) for c in cpus]))
     a_mixed, b_mixed = _ms([_spawn(a, cpus[0]), _spawn(b, cpus[1])])
-    print(f"{pair:52s} {a_alone:8.1f} {a_twin:7.1f} {a_mixed:7.1f} "
-          f"{b_alone:8.1f} {b_twin:7.1f} {b_mixed:7.1f} "
-          f"{(a_mixed + b_mixed) / (a_twin + b_twin):11.3f}")
-  print("ms/step; A|B: A's step beside B's, each process pinned to one "
-        "worker's CPUs")
+    print(
+        f"{pair:52s} {a_alone:8.1f} {a_twin:7.1f} {a_mixed:7.1f} "
+        f"{b_alone:8.1f} {b_twin:7.1f} {b_mixed:7.1f} "
+        f"{(a_mixed + b_mixed) / (a_twin + b_twin):11.3f}"
+    )
+  print(
+      "ms/step; A|B: A's step beside B's, each process pinned to one "
+      "worker's CPUs"
+  )
 
 
 def main(argv):
@@ -151,11 +190,15 @@ def main(argv):
     return
   if _PAIRS.value:
     if any(p.count(":") != 1 for p in _PAIRS.value):
-      raise app.UsageError(f"--pairs={','.join(_PAIRS.value)}: write each pair "
-                           "as CASE_A:CASE_B")
+      raise app.UsageError(
+          f"--pairs={','.join(_PAIRS.value)}: write each pair "
+          "as CASE_A:CASE_B"
+      )
     _check_cases([c for p in _PAIRS.value for c in p.split(":")])
-    print(f"[workers] {os.cpu_count()} CPUs, 1-min load average "
-          f"{os.getloadavg()[0]:.1f}; medians of {_REPEATS.value} blocks")
+    print(
+        f"[workers] {os.cpu_count()} CPUs, 1-min load average "
+        f"{os.getloadavg()[0]:.1f}; medians of {_REPEATS.value} blocks"
+    )
     time_pairs(_PAIRS.value)
     return
   names = _CASES.value or list(DEFAULT_CASES)
@@ -164,20 +207,30 @@ def main(argv):
   if w < 1:
     raise app.UsageError(f"--workers={w}; use 1 or more")
   load = os.getloadavg()[0]
-  print(f"[workers] {os.cpu_count()} CPUs, 1-min load average {load:.1f}; "
-        f"{w} processes together; medians of {_REPEATS.value} blocks")
+  print(
+      f"[workers] {os.cpu_count()} CPUs, 1-min load average {load:.1f}; "
+      f"{w} processes together; medians of {_REPEATS.value} blocks"
+  )
   from ut.cpu import workers  # pylint: disable=g-import-not-at-top
-  print(f"{'case':24s} {'alone':>8s} {'unpinned':>9s} {'pinned':>8s} "
-        f"{'unpinned/1':>10s} {'pinned/1':>9s}")
-  print(f"{'':24s} {'ms/step':>8s} {'ms/step':>9s} {'ms/step':>8s} "
-        f"{'throughput':>10s} {'throughput':>9s}")
+
+  print(
+      f"{'case':24s} {'alone':>8s} {'unpinned':>9s} {'pinned':>8s} "
+      f"{'unpinned/1':>10s} {'pinned/1':>9s}"
+  )
+  print(
+      f"{'':24s} {'ms/step':>8s} {'ms/step':>9s} {'ms/step':>8s} "
+      f"{'throughput':>10s} {'throughput':>9s}"
+  )
   for name in names:
     alone = _ms([_spawn(name)])[0]
     unpinned = statistics.median(_ms([_spawn(name) for _ in range(w)]))
-    pinned = statistics.median(_ms([_spawn(name, workers.worker_cpus(i, w))
-                                    for i in range(w)]))
-    print(f"{name:24s} {alone:8.2f} {unpinned:9.2f} {pinned:8.2f} "
-          f"{w * alone / unpinned:10.2f} {w * alone / pinned:9.2f}")
+    pinned = statistics.median(
+        _ms([_spawn(name, workers.worker_cpus(i, w)) for i in range(w)])
+    )
+    print(
+        f"{name:24s} {alone:8.2f} {unpinned:9.2f} {pinned:8.2f} "
+        f"{w * alone / unpinned:10.2f} {w * alone / pinned:9.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -32,62 +32,97 @@ def parse_arg(arg, defaults):
     key, sep, value = item.partition("=")
     key = key.strip()
     if key not in defaults:
-      raise UserError(f"unknown config argument {key!r}; valid: "
-                      f"{', '.join(sorted(defaults))}")
+      raise UserError(
+          f"unknown config argument {key!r}; valid: "
+          f"{', '.join(sorted(defaults))}"
+      )
     kind = type(defaults[key])
     if not sep:
       if kind is not bool:
-        raise UserError(f"config argument {key!r} needs a value, e.g. {key}="
-                        f"{defaults[key]}")
+        raise UserError(
+            f"config argument {key!r} needs a value, e.g. {key}="
+            f"{defaults[key]}"
+        )
       out[key] = True
     elif kind is bool:
       if value.lower() not in ("true", "false", "1", "0"):
-        raise UserError(f"config argument {key}={value!r} must be true or false")
+        raise UserError(
+            f"config argument {key}={value!r} must be true or false"
+        )
       out[key] = value.lower() in ("true", "1")
     else:
       try:
         out[key] = kind(value)
       except ValueError:
-        raise UserError(f"config argument {key}={value!r} must be of type "
-                        f"{kind.__name__}") from None
+        raise UserError(
+            f"config argument {key}={value!r} must be of type "
+            f"{kind.__name__}"
+        ) from None
   return out
 
 
 def base_config(kind, variant, seed):
   if kind not in MODEL_DEFAULTS:
-    raise UserError(f"unknown model kind {kind!r}; use one of "
-                    f"{', '.join(MODEL_DEFAULTS)}")
+    raise UserError(
+        f"unknown model kind {kind!r}; use one of "
+        f"{', '.join(MODEL_DEFAULTS)}"
+    )
   config = ml_collections.ConfigDict()
   config.seed = seed
-  config.model = ml_collections.ConfigDict(dict(
-      kind=kind, variant=variant, num_heads=2, num_layers=2, width=16, m=256,
-      head_width=32, mlp_ratio=1, mlp_width=0, causal=True, ut_seed=0,
-      shared=False, embed_scale=1.0,
-      # The forward's implementation: "reference", "xla_cpu" or "auto" (xla_cpu
-      # on a CPU backend; ut.training.models.ModelSpec.impl).
-      impl="auto"))
+  config.model = ml_collections.ConfigDict(
+      dict(
+          kind=kind,
+          variant=variant,
+          num_heads=2,
+          num_layers=2,
+          width=16,
+          m=256,
+          head_width=32,
+          mlp_ratio=1,
+          mlp_width=0,
+          causal=True,
+          ut_seed=0,
+          shared=False,
+          embed_scale=1.0,
+          # The forward's implementation: "reference", "xla_cpu" or "auto" (xla_cpu
+          # on a CPU backend; ut.training.models.ModelSpec.impl).
+          impl="auto",
+      )
+  )
   config.model.update(MODEL_DEFAULTS[kind])
   # '' trains the model; 'sparse' or 'random' (a trained attn model only):
   # compile the trained model into that fixed UT and report the UT, with no
   # gradient step on it (ut/training/trained_to_ut.py; used for the tables' compiled rows).
   config.compiled = ""
-  config.train = ml_collections.ConfigDict(dict(
-      steps=2000, batch_size=128, lr=LEARNING_RATES[kind], warmup_steps=100,
-      final_lr_frac=0.01, weight_decay=0.0, grad_clip=1.0, log_every=100,
-      checkpoint_every=500,
-      # Split each batch over this process's devices (ut.training.train.make_step; on a
-      # CPU, launch.train --cpu_devices=N makes N of its cores devices).
-      data_parallel=False))
+  config.train = ml_collections.ConfigDict(
+      dict(
+          steps=2000,
+          batch_size=128,
+          lr=LEARNING_RATES[kind],
+          warmup_steps=100,
+          final_lr_frac=0.01,
+          weight_decay=0.0,
+          grad_clip=1.0,
+          log_every=100,
+          checkpoint_every=500,
+          # Split each batch over this process's devices (ut.training.train.make_step; on a
+          # CPU, launch.train --cpu_devices=N makes N of its cores devices).
+          data_parallel=False,
+      )
+  )
   # No host settings here: on CPU the launchers add configs/cpu.py's section.
-  config.eval = ml_collections.ConfigDict(dict(num=2048, batch_size=512,
-                                               every=500))
+  config.eval = ml_collections.ConfigDict(
+      dict(num=2048, batch_size=512, every=500)
+  )
   return config
 
 
 def given(arg):
   """The keys an argument string sets: given('k=2,smoke') == {'k', 'smoke'}."""
-  return {item.partition("=")[0].strip()
-          for item in filter(None, (arg or "").split(","))}
+  return {
+      item.partition("=")[0].strip()
+      for item in filter(None, (arg or "").split(","))
+  }
 
 
 def smoke(config):

@@ -20,14 +20,16 @@ from configs import khop as khop_config
 
 
 def get_config(arg=None):
-  args = common.parse_arg(arg, dict(task="dyck", k=1, width=32, seed=0,
-                                    smoke=False))
+  args = common.parse_arg(
+      arg, dict(task="dyck", k=1, width=32, seed=0, smoke=False)
+  )
   sub = f"model=trained,variant=attn,seed={args['seed']}"
   if args["task"] == "dyck":
     target = dyck_config.get_config(sub + (",smoke" if args["smoke"] else ""))
   elif args["task"] == "khop":
-    target = khop_config.get_config(sub + f",k={args['k']}" +
-                                    (",smoke" if args["smoke"] else ""))
+    target = khop_config.get_config(
+        sub + f",k={args['k']}" + (",smoke" if args["smoke"] else "")
+    )
   else:
     raise common.UserError(f"unknown task {args['task']!r}; use dyck or khop")
   target.model.width = args["width"]

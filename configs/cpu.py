@@ -19,16 +19,19 @@ import ml_collections
 
 def get_config():
   """The section `config.cpu`."""
-  return ml_collections.ConfigDict(dict(
-      # glibc keeps XLA's per-step buffers in one heap (ut.cpu.host.tune_malloc;
-      # process-wide, applied by launch.cli before JAX starts).
-      tune_malloc=True,
-      # False: XLA CPU without its YNNPACK fusions (ut.cpu.host.compiler_options).
-      ynn_fusions=True,
-      # Parts of each training step's batch (of each device's share when data
-      # parallel): "auto" for ut.cpu.host.microbatches' cache-sized budget,
-      # or a number that divides it, e.g. "1" for the whole batch.
-      microbatches="auto"))
+  return ml_collections.ConfigDict(
+      dict(
+          # glibc keeps XLA's per-step buffers in one heap (ut.cpu.host.tune_malloc;
+          # process-wide, applied by launch.cli before JAX starts).
+          tune_malloc=True,
+          # False: XLA CPU without its YNNPACK fusions (ut.cpu.host.compiler_options).
+          ynn_fusions=True,
+          # Parts of each training step's batch (of each device's share when data
+          # parallel): "auto" for ut.cpu.host.microbatches' cache-sized budget,
+          # or a number that divides it, e.g. "1" for the whole batch.
+          microbatches="auto",
+      )
+  )
 
 
 def overlay(config):

@@ -33,16 +33,31 @@ from configs import common
 
 
 def get_config(arg=None):
-  args = common.parse_arg(arg, dict(model="sparse", variant="attn", mix="za",
-                                    max_len=60, seed=0, embed_scale=1.0,
-                                    smoke=False))
+  args = common.parse_arg(
+      arg,
+      dict(
+          model="sparse",
+          variant="attn",
+          mix="za",
+          max_len=60,
+          seed=0,
+          embed_scale=1.0,
+          smoke=False,
+      ),
+  )
   config = common.base_config(args["model"], args["variant"], args["seed"])
   config.task = "dyck"
   # Fixed held-out sets (ut.training.data.Dyck): drawn once from these seeds,
   # whatever config.seed, and never trained on. The validation set is scored
   # during training (it replaces config.eval.num); the test set at the end.
-  config.data = dict(max_len=args["max_len"], mix=args["mix"],
-                     valid_num=4000, valid_seed=0, test_num=4000, test_seed=0)
+  config.data = dict(
+      max_len=args["max_len"],
+      mix=args["mix"],
+      valid_num=4000,
+      valid_seed=0,
+      test_num=4000,
+      test_seed=0,
+  )
   config.model.embed_scale = args["embed_scale"]
   if args["smoke"]:
     common.smoke(config)

@@ -19,8 +19,11 @@ get_config = dyck.get_config
 # The paper's numbers (DESIGN §7, from the seed summary), in percent, by
 # (mix, kind, variant) or (kind, variant): written beside ours in paper.md.
 PANEL = "mix"
-PAPER = {("za", "sparse", "attn"): "100", ("za", "random", "attn"): "94.4",
-         ("za", "trained", "attn"): "about the same"}
+PAPER = {
+    ("za", "sparse", "attn"): "100",
+    ("za", "random", "attn"): "94.4",
+    ("za", "trained", "attn"): "about the same",
+}
 
 
 def sweep(add, arg=None):

@@ -30,9 +30,20 @@ from configs import common
 
 
 def get_config(arg=None):
-  args = common.parse_arg(arg, dict(model="sparse", variant="res_ln", k=1,
-                                    k_max=0, length=32, alphabet=4, seed=0,
-                                    embed_scale=1.0, smoke=False))
+  args = common.parse_arg(
+      arg,
+      dict(
+          model="sparse",
+          variant="res_ln",
+          k=1,
+          k_max=0,
+          length=32,
+          alphabet=4,
+          seed=0,
+          embed_scale=1.0,
+          smoke=False,
+      ),
+  )
   config = common.base_config(args["model"], args["variant"], args["seed"])
   config.task = "khop"
   k = (1, args["k_max"]) if args["k_max"] else args["k"]

@@ -24,10 +24,14 @@ get_config = khop.get_config
 # The paper's numbers (DESIGN §7, from the seed summary; its k values are not
 # given), in percent, by (kind, variant): written beside ours in paper.md.
 PANEL = "k"
-PAPER = {("sparse", "attn"): "about 30-40", ("random", "attn"): "about 30-40",
-         ("trained", "attn"): "about 99", ("sparse", "res_ln"): "100",
-         ("random", "res_ln"): "85.7-96.1",
-         ("random", "res_ln_mlp"): "above res_ln"}
+PAPER = {
+    ("sparse", "attn"): "about 30-40",
+    ("random", "attn"): "about 30-40",
+    ("trained", "attn"): "about 99",
+    ("sparse", "res_ln"): "100",
+    ("random", "res_ln"): "85.7-96.1",
+    ("random", "res_ln_mlp"): "above res_ln",
+}
 
 
 def sweep(add, arg=None):

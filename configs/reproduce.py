@@ -30,9 +30,16 @@ def _step(name, module, config, output, flags=(), workdir=None):
   """One command: `python -m module --config=config --workdir=<W>/<workdir>`;
   output: a file it writes that marks it finished (None for sweeps, which
   skip their finished runs themselves)."""
-  return ml_collections.ConfigDict(dict(
-      name=name, module=module, config=config, output=output, flags=tuple(flags),
-      workdir=workdir or name))
+  return ml_collections.ConfigDict(
+      dict(
+          name=name,
+          module=module,
+          config=config,
+          output=output,
+          flags=tuple(flags),
+          workdir=workdir or name,
+      )
+  )
 
 
 def get_config(arg="full"):
@@ -45,27 +52,64 @@ def get_config(arg="full"):
   config.profile = arg
   config.workers = 2
   config.steps = (
-      _step("simulate", "launch.simulate", "configs/simulate.py" + smoke,
-            "simulate_table.json"),
-      _step("threshold", "launch.threshold", "configs/threshold.py" + smoke,
-            "threshold.json"),
-      _step("compiled_dyck", "launch.compiled_ut",
-            "configs/compiled_ut.py:task=dyck" + (",smoke" if quick else ""),
-            "compiled_ut.json"),
-      _step("compiled_khop1", "launch.compiled_ut",
-            "configs/compiled_ut.py:task=khop,k=1" + (",smoke" if quick else ""),
-            "compiled_ut.json"),
-      _step("dyck", "launch.sweep", "configs/dyck_table.py" + grid +
-            (",mixes=za" if quick else ""), None, ["--workers={workers}"]),
-      _step("dyck_baseline", "launch.dyck_baseline", None,
-            "counting_baseline.json", ["--seeds=1"] if quick else [],
-            workdir="dyck"),
+      _step(
+          "simulate",
+          "launch.simulate",
+          "configs/simulate.py" + smoke,
+          "simulate_table.json",
+      ),
+      _step(
+          "threshold",
+          "launch.threshold",
+          "configs/threshold.py" + smoke,
+          "threshold.json",
+      ),
+      _step(
+          "compiled_dyck",
+          "launch.compiled_ut",
+          "configs/compiled_ut.py:task=dyck" + (",smoke" if quick else ""),
+          "compiled_ut.json",
+      ),
+      _step(
+          "compiled_khop1",
+          "launch.compiled_ut",
+          "configs/compiled_ut.py:task=khop,k=1" + (",smoke" if quick else ""),
+          "compiled_ut.json",
+      ),
+      _step(
+          "dyck",
+          "launch.sweep",
+          "configs/dyck_table.py" + grid + (",mixes=za" if quick else ""),
+          None,
+          ["--workers={workers}"],
+      ),
+      _step(
+          "dyck_baseline",
+          "launch.dyck_baseline",
+          None,
+          "counting_baseline.json",
+          ["--seeds=1"] if quick else [],
+          workdir="dyck",
+      ),
       # The cells the training issue's targets name run first (same folder:
       # the full grid below skips them).
-      _step("khop_res_ln", "launch.sweep", "configs/khop_table.py" + grid +
-            ("," if quick else ":") + "ks=1+2,kinds=sparse,variants=res_ln",
-            None, ["--workers={workers}"], workdir="khop"),
-      _step("khop", "launch.sweep", "configs/khop_table.py" + grid +
-            (",ks=1" if quick else ""), None, ["--workers={workers}"]),
+      _step(
+          "khop_res_ln",
+          "launch.sweep",
+          "configs/khop_table.py"
+          + grid
+          + ("," if quick else ":")
+          + "ks=1+2,kinds=sparse,variants=res_ln",
+          None,
+          ["--workers={workers}"],
+          workdir="khop",
+      ),
+      _step(
+          "khop",
+          "launch.sweep",
+          "configs/khop_table.py" + grid + (",ks=1" if quick else ""),
+          None,
+          ["--workers={workers}"],
+      ),
   )
   return config

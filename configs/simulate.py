@@ -31,23 +31,31 @@ import ml_collections
 def get_config(arg=None):
   config = ml_collections.ConfigDict()
   # Table over a grid of target classes (H, L, d).
-  config.grid = ((1, 1, 4), (1, 2, 4), (1, 3, 4), (2, 1, 4), (2, 2, 4),
-                 (2, 3, 4), (3, 2, 4), (2, 2, 8))
-  config.num_targets = 4        # Targets checked per row (vmapped).
-  config.batch = 4              # Inputs per target.
+  config.grid = (
+      (1, 1, 4),
+      (1, 2, 4),
+      (1, 3, 4),
+      (2, 1, 4),
+      (2, 2, 4),
+      (2, 3, 4),
+      (3, 2, 4),
+      (2, 2, 8),
+  )
+  config.num_targets = 4  # Targets checked per row (vmapped).
+  config.batch = 4  # Inputs per target.
   config.seq_len = 6
   config.causal = True
-  config.search_min_m = True    # Binary search for the smallest exact m.
+  config.search_min_m = True  # Binary search for the smallest exact m.
   config.workdir = "workdir/simulate"
   # Bring your own target (all three paths set -> this mode).
   config.target = ""
   config.inputs = ""
   config.out = ""
-  config.ut = "sparse"          # sparse | random
-  config.m = ml_collections.config_dict.placeholder(int)    # Random: default N.
+  config.ut = "sparse"  # sparse | random
+  config.m = ml_collections.config_dict.placeholder(int)  # Random: default N.
   config.k_u = ml_collections.config_dict.placeholder(int)  # Random: default d.
-  config.shared = False         # Random: one set of weights for all layers.
-  config.x64 = False            # Compute Y in float64 (default float32).
+  config.shared = False  # Random: one set of weights for all layers.
+  config.x64 = False  # Compute Y in float64 (default float32).
   config.seed = 0
   config.overwrite = False
   if arg == "smoke":

@@ -15,9 +15,18 @@ VARIANTS = "attn+res_ln+res_ln_mlp"
 
 
 def parse_grid(arg, **extra):
-  args = common.parse_arg(arg, dict(kinds=KINDS, variants=VARIANTS, seeds=3,
-                                    compiled=True, embed_scale=1.0, smoke=False,
-                                    **extra))
+  args = common.parse_arg(
+      arg,
+      dict(
+          kinds=KINDS,
+          variants=VARIANTS,
+          seeds=3,
+          compiled=True,
+          embed_scale=1.0,
+          smoke=False,
+          **extra,
+      ),
+  )
   for key in ("kinds", "variants"):
     args[key] = args[key].split("+")
   if args["seeds"] < 1:
@@ -29,16 +38,22 @@ def add_grid(add, args, axis, values, random_compiled_values=None):
   """add() one run per (axis value, kind, variant, seed) of the parsed grid,
   and compiled-UT runs: into the sparse UT for every axis value, into a random
   UT for those in random_compiled_values (default all)."""
-  random_values = (values if random_compiled_values is None
-                   else random_compiled_values).split("+")
+  random_values = (
+      values if random_compiled_values is None else random_compiled_values
+  ).split("+")
   for value in values.split("+"):
     for kind in args["kinds"]:
       for variant in args["variants"]:
         for seed in range(args["seeds"]):
-          run = (f"model={kind},variant={variant},{axis}={value},seed={seed}"
-                 + (f",embed_scale={args['embed_scale']}"
-                    if args["embed_scale"] != 1.0 else "")
-                 + (",smoke" if args["smoke"] else ""))
+          run = (
+              f"model={kind},variant={variant},{axis}={value},seed={seed}"
+              + (
+                  f",embed_scale={args['embed_scale']}"
+                  if args["embed_scale"] != 1.0
+                  else ""
+              )
+              + (",smoke" if args["smoke"] else "")
+          )
           add(run)
           if args["compiled"] and (kind, variant) == ("trained", "attn"):
             # Compiled-UT rows: this trained model compiled into fixed UTs.

@@ -29,8 +29,8 @@ def get_config(arg=None):
   config.grid = ((1, 2, 8), (2, 2, 8), (2, 3, 4), (3, 2, 4))
   # m = ceil(r N) for each r, plus N - 1, N and ceil(H^L / 2) (when >= 1).
   config.ratios = (0.25, 0.5, 0.75, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5)
-  config.num_targets = 4        # Targets per point (vmapped), one UT.
-  config.batch = 4              # Inputs per target.
+  config.num_targets = 4  # Targets per point (vmapped), one UT.
+  config.batch = 4  # Inputs per target.
   config.seq_len = 6
   config.causal = True
   config.seed = 0

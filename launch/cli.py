@@ -28,7 +28,7 @@ class _QuietLibraries(py_logging.Filter):
   """Drops INFO chatter from orbax and jax's backend probing; keeps warnings."""
 
   def filter(self, record):
-    noisy = ("/orbax/" in record.pathname or "xla_bridge" in record.pathname)
+    noisy = "/orbax/" in record.pathname or "xla_bridge" in record.pathname
     return record.levelno >= py_logging.WARNING or not noisy
 
 
@@ -55,9 +55,12 @@ def _parse_flags(argv):
     print(f"error: no such config field: {detail}", file=sys.stderr)
     sys.exit(2)
   if len(argv) > 1:
-    print(f"error: unexpected argument(s) {' '.join(argv[1:])}; flags start "
-          "with --, and config arguments follow a colon: "
-          "--config=configs/dyck.py:model=sparse,smoke", file=sys.stderr)
+    print(
+        f"error: unexpected argument(s) {' '.join(argv[1:])}; flags start "
+        "with --, and config arguments follow a colon: "
+        "--config=configs/dyck.py:model=sparse,smoke",
+        file=sys.stderr,
+    )
     sys.exit(2)
   return argv
 
@@ -74,20 +77,28 @@ def use_compilation_cache():
   path = os.path.expanduser(path)
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)  # Any size.
+  jax.config.update(
+      "jax_persistent_cache_min_entry_size_bytes", -1
+  )  # Any size.
   return path
 
 
-def define_config_flag(name, help_string, flag_values=flags.FLAGS,
-                       sys_argv=None):
+def define_config_flag(
+    name, help_string, flag_values=flags.FLAGS, sys_argv=None
+):
   """config_flags.DEFINE_config_file (locked, no default), except that the
   loaded config gains configs/cpu.py's section `cpu` before the --name.*
   overrides are read, so that --config.cpu.ynn_fusions=False works; which
   backend JAX runs on is not known yet. `hardware_overlay` then keeps or
   removes the section."""
-  holder = config_flags.DEFINE_config_file(name, None, help_string,
-                                           flag_values=flag_values,
-                                           lock_config=True, sys_argv=sys_argv)
+  holder = config_flags.DEFINE_config_file(
+      name,
+      None,
+      help_string,
+      flag_values=flag_values,
+      lock_config=True,
+      sys_argv=sys_argv,
+  )
   flag_values[name].parser = _CpuOverlayParser(name=name, lock_config=True)
   return holder
 
@@ -115,8 +126,10 @@ def hardware_overlay(config):
     return cpu_config.overlay(config)
   if "cpu" in config:
     if config.cpu.to_dict() != cpu_config.get_config().to_dict():
-      raise UserError(f"config.cpu is for CPU hosts, and JAX runs on {backend} "
-                      f"here; drop the --config.cpu.* flags")
+      raise UserError(
+          f"config.cpu is for CPU hosts, and JAX runs on {backend} "
+          f"here; drop the --config.cpu.* flags"
+      )
     with config.unlocked():
       del config["cpu"]
   return config
@@ -128,9 +141,14 @@ def tune_host(flag_values=flags.FLAGS):
   cpu.tune_malloc set, or, without a `cpu` section, configs/cpu.py does.
   Returns whether it tuned malloc."""
   config = flag_values["config"].value if "config" in flag_values else None
-  section = (config.get("cpu") if isinstance(config, ml_collections.ConfigDict)
-             else None) or cpu_config.get_config()
-  return bool(section.tune_malloc and host.cpu_expected() and host.tune_malloc())
+  section = (
+      config.get("cpu")
+      if isinstance(config, ml_collections.ConfigDict)
+      else None
+  ) or cpu_config.get_config()
+  return bool(
+      section.tune_malloc and host.cpu_expected() and host.tune_malloc()
+  )
 
 
 def run(main):

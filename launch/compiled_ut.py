@@ -4,11 +4,12 @@ from absl import flags
 from ml_collections import config_flags
 
 from launch import cli
-from ut.training import trained_to_ut as compiled
 from ut.io import reports
+from ut.training import trained_to_ut as compiled
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.",
-                                          lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file.", lock_config=True
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run folder.")
 
 

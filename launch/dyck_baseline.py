@@ -22,8 +22,9 @@ from ut.io import reports
 from ut.training.tasks import dyck
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder.")
-_SEEDS = flags.DEFINE_integer("seeds", 3, "Check the training streams of "
-                              "seeds 0..seeds-1.")
+_SEEDS = flags.DEFINE_integer(
+    "seeds", 3, "Check the training streams of " "seeds 0..seeds-1."
+)
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace earlier outputs.")
 
 
@@ -31,33 +32,56 @@ def main(argv):
   del argv
   if _SEEDS.value < 1:
     raise UserError(f"--seeds={_SEEDS.value}; use 1 or more")
-  paths = [f"{_WORKDIR.value}/counting_baseline.{ext}" for ext in ("json", "md")]
+  paths = [
+      f"{_WORKDIR.value}/counting_baseline.{ext}" for ext in ("json", "md")
+  ]
   reports.refuse_existing(paths, _OVERWRITE.value, flag="--overwrite")
   mixes, summary, text = {}, [], []
   for mix in dyck.MIXES:
     report = dyck_protocol.counting_report(dyck_config.get_config(f"mix={mix}"))
-    seen = [dyck_protocol.seen_in_training(
-        dyck_config.get_config(f"mix={mix},seed={seed}"))
-            for seed in range(_SEEDS.value)]
+    seen = [
+        dyck_protocol.seen_in_training(
+            dyck_config.get_config(f"mix={mix},seed={seed}")
+        )
+        for seed in range(_SEEDS.value)
+    ]
     report["seen_in_training"] = {str(seed): s for seed, s in enumerate(seen)}
     mixes[mix] = report
     for split in dyck_protocol.SPLITS:
       r = report[split]
-      summary.append(dict(mix=mix, split=split, num=r["num"],
-                          distinct=r["distinct"], balanced=r["balanced"],
-                          counting_accuracy=r["counting"]["accuracy"],
-                          seen_in_training=max(s[split] for s in seen)))
+      summary.append(
+          dict(
+              mix=mix,
+              split=split,
+              num=r["num"],
+              distinct=r["distinct"],
+              balanced=r["balanced"],
+              counting_accuracy=r["counting"]["accuracy"],
+              seen_in_training=max(s[split] for s in seen),
+          )
+      )
     short = report["short_balanced"]
-    text += [f"\n{mix}: counting baseline (%) by part; the held-out sets hold "
-             f"{short['held_out']} of the {short['total']} balanced strings "
-             f"of at most {dyck.SHORT} brackets\n",
-             reports.format_table(dyck_protocol.breakdown_rows(
-                 {s: report[s]["counting"] for s in dyck_protocol.SPLITS}))]
-  reports.write_json(paths[0], dict(mixes=mixes, seeds=_SEEDS.value,
-                                    provenance=reports.provenance()))
-  table = "\n".join([
-      f"seen_in_training: the largest share over seeds 0..{_SEEDS.value - 1}",
-      reports.format_table(summary, floatfmt="{:.4f}"), *text])
+    text += [
+        f"\n{mix}: counting baseline (%) by part; the held-out sets hold "
+        f"{short['held_out']} of the {short['total']} balanced strings "
+        f"of at most {dyck.SHORT} brackets\n",
+        reports.format_table(
+            dyck_protocol.breakdown_rows(
+                {s: report[s]["counting"] for s in dyck_protocol.SPLITS}
+            )
+        ),
+    ]
+  reports.write_json(
+      paths[0],
+      dict(mixes=mixes, seeds=_SEEDS.value, provenance=reports.provenance()),
+  )
+  table = "\n".join(
+      [
+          f"seen_in_training: the largest share over seeds 0..{_SEEDS.value - 1}",
+          reports.format_table(summary, floatfmt="{:.4f}"),
+          *text,
+      ]
+  )
   reports.write_text(paths[1], table + "\n")
   print(table)
 

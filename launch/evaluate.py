@@ -22,11 +22,15 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing --out.")
 
 def main(argv):
   del argv
-  report = evaluate.evaluate_jsonl(_WORKDIR.value, _DATA.value, _OUT.value,
-                                   overwrite=_OVERWRITE.value)
+  report = evaluate.evaluate_jsonl(
+      _WORKDIR.value, _DATA.value, _OUT.value, overwrite=_OVERWRITE.value
+  )
   print(evaluate.summary_line(report))
-  print(f"report in {_OUT.value}" if _OUT.value else
-        "no report written (pass --out=REPORT.json to keep one)")
+  print(
+      f"report in {_OUT.value}"
+      if _OUT.value
+      else "no report written (pass --out=REPORT.json to keep one)"
+  )
 
 
 if __name__ == "__main__":

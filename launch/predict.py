@@ -13,8 +13,9 @@ from ut.training import evaluate
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training run folder.")
 _TEXT = flags.DEFINE_string("text", None, "Dyck parentheses or k-hop letters.")
-_K = flags.DEFINE_integer("k", None,
-                          "k-hop: hops (default: the model's fixed k).")
+_K = flags.DEFINE_integer(
+    "k", None, "k-hop: hops (default: the model's fixed k)."
+)
 
 
 def main(argv):

@@ -18,22 +18,35 @@ from absl import flags
 _CHECK = flags.DEFINE_bool("check", False, "Only check; exit 1 when stale.")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BLOCK = re.compile(r"(<!-- include: (\S+) -->\n)(.*?)(<!-- end include -->)",
-                   re.DOTALL)
+BLOCK = re.compile(
+    r"(<!-- include: (\S+) -->\n)(.*?)(<!-- end include -->)", re.DOTALL
+)
 
 
 def documents(root=ROOT):
   """The files whose include blocks are kept fresh, relative to root."""
   return ["README.md"] + sorted(
-      os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "docs", "*.md")))
+      os.path.relpath(p, root)
+      for p in glob.glob(os.path.join(root, "docs", "*.md"))
+  )
 
 
 def render(text, root=ROOT):
   def fill(match):
     path = os.path.join(root, match.group(2))
-    body = (open(path).read() if os.path.exists(path)
-            else f"(not generated yet: {match.group(2)})\n")
-    return match.group(1) + "```\n" + body.rstrip("\n") + "\n```\n" + match.group(4)
+    body = (
+        open(path).read()
+        if os.path.exists(path)
+        else f"(not generated yet: {match.group(2)})\n"
+    )
+    return (
+        match.group(1)
+        + "```\n"
+        + body.rstrip("\n")
+        + "\n```\n"
+        + match.group(4)
+    )
+
   return BLOCK.sub(fill, text)
 
 
@@ -52,8 +65,10 @@ def main(argv):
       with open(path, "w") as f:
         f.write(new)
   if _CHECK.value and stale:
-    print(f"tables are stale in {', '.join(stale)}: run python -m launch.readme",
-          file=sys.stderr)
+    print(
+        f"tables are stale in {', '.join(stale)}: run python -m launch.readme",
+        file=sys.stderr,
+    )
     sys.exit(1)
 
 

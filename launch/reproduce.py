@@ -17,22 +17,33 @@ from absl import logging
 from ml_collections import config_flags
 
 from launch import cli
+from ut.errors import UserError
 from ut.io import reports
 from ut.io import roofline
-from ut.errors import UserError
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/reproduce.py:full",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Results folder, one subfolder per step.")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False,
-                               "Replace a finished regeneration's reproduce.json.")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "configs/reproduce.py:full", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Results folder, one subfolder per step."
+)
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite", False, "Replace a finished regeneration's reproduce.json."
+)
 
 
 def step_command(step, workdir, workers):
   out = os.path.join(workdir, step.workdir)
   flags_ = [f.format(workers=workers) for f in step.flags]
   config = [f"--config={step.config}"] if step.config else []
-  return [sys.executable, "-m", step.module, *config, f"--workdir={out}", *flags_]
+  return [
+      sys.executable,
+      "-m",
+      step.module,
+      *config,
+      f"--workdir={out}",
+      *flags_,
+  ]
 
 
 def _earlier(report_path, overwrite):
@@ -50,18 +61,37 @@ def _earlier(report_path, overwrite):
 def _write(workdir, config, steps, complete):
   """reproduce.json and reproduce.md: written after every step."""
   total = sum(s["seconds"] or 0.0 for s in steps)
-  reports.write_json(os.path.join(workdir, "reproduce.json"), dict(
-      profile=config.profile, complete=complete, steps=steps,
-      wall_seconds=total, provenance=reports.provenance(config)))
-  rows = [dict(step=s["name"], minutes="skipped" if s["seconds"] is None else
-               f"{s['seconds'] / 60:.1f}", dot_gflops=_gflops(s.get("dot_gflops")),
-               command=s["command"]) for s in steps]
+  reports.write_json(
+      os.path.join(workdir, "reproduce.json"),
+      dict(
+          profile=config.profile,
+          complete=complete,
+          steps=steps,
+          wall_seconds=total,
+          provenance=reports.provenance(config),
+      ),
+  )
+  rows = [
+      dict(
+          step=s["name"],
+          minutes="skipped"
+          if s["seconds"] is None
+          else f"{s['seconds'] / 60:.1f}",
+          dot_gflops=_gflops(s.get("dot_gflops")),
+          command=s["command"],
+      )
+      for s in steps
+  ]
   rates = [s["dot_gflops"] for s in steps if s.get("dot_gflops")]
-  rows.append(dict(step="total" if complete else "total so far",
-                   minutes=f"{total / 60:.1f}",
-                   dot_gflops=_gflops(min(rates, default=None)) + (
-                       "-" + _gflops(max(rates)) if len(rates) > 1 else ""),
-                   command=""))
+  rows.append(
+      dict(
+          step="total" if complete else "total so far",
+          minutes=f"{total / 60:.1f}",
+          dot_gflops=_gflops(min(rates, default=None))
+          + ("-" + _gflops(max(rates)) if len(rates) > 1 else ""),
+          command="",
+      )
+  )
   table = reports.format_table(rows)
   reports.write_text(os.path.join(workdir, "reproduce.md"), table + "\n")
   return table
@@ -78,7 +108,11 @@ def _stop(proc, own_s=5, grace_s=60):
   group), then gets SIGTERM, which a sweep passes on to its workers, then
   SIGKILL after `grace_s` more.
   """
-  for stop, wait_s in ((None, own_s), (proc.terminate, grace_s), (proc.kill, None)):
+  for stop, wait_s in (
+      (None, own_s),
+      (proc.terminate, grace_s),
+      (proc.kill, None),
+  ):
     if stop:
       stop()
     try:
@@ -105,11 +139,19 @@ def main(argv):
       logging.info("[%s] finished in an earlier invocation", step.name)
       steps.append(record)
       continue
-    if step.output and os.path.exists(os.path.join(workdir, step.workdir,
-                                                   step.output)):
-      logging.info("[%s] skipped: %s/%s/%s exists", step.name, workdir,
-                   step.workdir, step.output)
-      steps.append(dict(name=step.name, command=shown, seconds=None, finished=True))
+    if step.output and os.path.exists(
+        os.path.join(workdir, step.workdir, step.output)
+    ):
+      logging.info(
+          "[%s] skipped: %s/%s/%s exists",
+          step.name,
+          workdir,
+          step.workdir,
+          step.output,
+      )
+      steps.append(
+          dict(name=step.name, command=shown, seconds=None, finished=True)
+      )
       continue
     rate = roofline.rate(dot)[0] / 1e9
     logging.info("[%s] %s (2048^2 dot: %.0f GFLOP/s)", step.name, shown, rate)
@@ -121,12 +163,21 @@ def main(argv):
     finally:  # Also on Ctrl-C or SIGTERM: the step's time so far counts when resumed.
       _stop(proc)
       seconds = time.time() - start + (record or {}).get("seconds", 0.0)
-      steps.append(dict(name=step.name, command=shown, seconds=seconds,
-                        finished=code == 0, dot_gflops=rate))
+      steps.append(
+          dict(
+              name=step.name,
+              command=shown,
+              seconds=seconds,
+              finished=code == 0,
+              dot_gflops=rate,
+          )
+      )
       _write(workdir, config, steps, complete=False)
     if code:
-      raise UserError(f"step {step.name} exited with {code}: {shown}; finished "
-                      f"steps and runs are kept, rerun to resume")
+      raise UserError(
+          f"step {step.name} exited with {code}: {shown}; finished "
+          f"steps and runs are kept, rerun to resume"
+      )
     logging.info("[%s] done in %.0fs", step.name, seconds)
   print(_write(workdir, config, steps, complete=True))
   print(f"wrote {workdir}/reproduce.json and reproduce.md")

@@ -5,18 +5,22 @@ import jax
 from ml_collections import config_flags
 
 from launch import cli
-from ut.io import reports
 from ut.experiments import simulate_table
+from ut.io import reports
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/simulate.py",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Table output folder "
-                               "(default: config.workdir).")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "configs/simulate.py", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Table output folder " "(default: config.workdir)."
+)
 
 
 def main(argv):
   del argv
-  jax.config.update("jax_enable_x64", True)  # float64 checks; float32 is explicit.
+  jax.config.update(
+      "jax_enable_x64", True
+  )  # float64 checks; float32 is explicit.
   config = _CONFIG.value
   if config.target:
     _, report = simulate_table.run_target_file(config)

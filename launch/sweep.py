@@ -40,29 +40,47 @@ from ut.io import reports
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file with sweep(add).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep folder.")
-_BATCHING = flags.DEFINE_enum("batching", "auto", ["auto", "vmap", "sequential"],
-                              "auto: vmap groups unless on a single CPU device.")
+_BATCHING = flags.DEFINE_enum(
+    "batching",
+    "auto",
+    ["auto", "vmap", "sequential"],
+    "auto: vmap groups unless on a single CPU device.",
+)
 _AGGREGATE_ONLY = flags.DEFINE_bool(
-    "aggregate_only", False, "Train nothing: tabulate the finished runs.")
-_DISTRIBUTED = flags.DEFINE_bool("distributed", False,
-                                 "Call jax.distributed.initialize() (multi-host).")
+    "aggregate_only", False, "Train nothing: tabulate the finished runs."
+)
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Call jax.distributed.initialize() (multi-host)."
+)
 _COORDINATOR = flags.DEFINE_string(
-    "coordinator_address", None, "With --distributed: host:port of process 0 "
-    "(default: detected from the cluster, or JAX_COORDINATOR_ADDRESS).")
+    "coordinator_address",
+    None,
+    "With --distributed: host:port of process 0 "
+    "(default: detected from the cluster, or JAX_COORDINATOR_ADDRESS).",
+)
 _NUM_PROCESSES = flags.DEFINE_integer(
-    "num_processes", None, "With --distributed: how many processes in all.")
+    "num_processes", None, "With --distributed: how many processes in all."
+)
 _PROCESS_ID = flags.DEFINE_integer(
-    "process_id", None, "With --distributed: this process's index, 0 to "
-    "--num_processes - 1; 0 runs the coordinator and writes the files.")
+    "process_id",
+    None,
+    "With --distributed: this process's index, 0 to "
+    "--num_processes - 1; 0 runs the coordinator and writes the files.",
+)
 _WORKERS = flags.DEFINE_integer(
-    "workers", 1, "CPU only: train in this many processes, each pinned to its "
+    "workers",
+    1,
+    "CPU only: train in this many processes, each pinned to its "
     "share of the CPUs; each takes the largest run (or vmapped group) not yet "
     "taken, half of them the sparse UT's runs first, the others last (they "
-    "compete for memory bandwidth). E.g. the number of cores.")
-_WORKER_INDEX = flags.DEFINE_integer("worker_index", None,
-                                     "Set by --workers for its child processes.")
-_WORKER_CLAIMS = flags.DEFINE_string("worker_claims", None,
-                                     "Set by --workers for its child processes.")
+    "compete for memory bandwidth). E.g. the number of cores.",
+)
+_WORKER_INDEX = flags.DEFINE_integer(
+    "worker_index", None, "Set by --workers for its child processes."
+)
+_WORKER_CLAIMS = flags.DEFINE_string(
+    "worker_claims", None, "Set by --workers for its child processes."
+)
 
 
 def run_workers(count):
@@ -70,47 +88,63 @@ def run_workers(count):
   if one failed. Their claims folder is removed when they are done."""
   claims = sweep.claims_folder(_WORKDIR.value)
   try:
-    codes = workers.run_pinned([sweep.worker_command(sys.argv, i, count, claims)
-                                for i in range(count)])
+    codes = workers.run_pinned(
+        [sweep.worker_command(sys.argv, i, count, claims) for i in range(count)]
+    )
   finally:
     shutil.rmtree(claims, ignore_errors=True)
     with contextlib.suppress(OSError):  # Other workers' claims may be there.
       os.rmdir(os.path.dirname(claims))
   failed = [i for i, c in enumerate(codes) if c]
   if failed:
-    raise UserError(f"sweep worker(s) {failed} exited with {codes}; their "
-                    "finished runs are kept, rerun the same command to resume")
+    raise UserError(
+        f"sweep worker(s) {failed} exited with {codes}; their "
+        "finished runs are kept, rerun the same command to resume"
+    )
 
 
 def main(argv):
   del argv
   if _DISTRIBUTED.value:
-    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value,
-                               _PROCESS_ID.value)
+    jax.distributed.initialize(
+        _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value
+    )
   started = time.time()
   count = _WORKERS.value
   if count < 1:
     raise UserError(f"--workers={count}; use 1 or more")
   if count > 1 and _WORKER_INDEX.value is None:
     if jax.default_backend() != "cpu" or _DISTRIBUTED.value:
-      raise UserError("--workers is for CPU hosts; on GPU/TPU or multi-host a "
-                      "sweep shards each group over the devices instead")
+      raise UserError(
+          "--workers is for CPU hosts; on GPU/TPU or multi-host a "
+          "sweep shards each group over the devices instead"
+      )
     if not _AGGREGATE_ONLY.value:
       run_workers(count)
   elif _WORKER_INDEX.value is not None:
-    sweep.run_sweep(_CONFIG.value, _WORKDIR.value, _BATCHING.value,
-                    worker=(_WORKER_INDEX.value, count, _WORKER_CLAIMS.value))
+    sweep.run_sweep(
+        _CONFIG.value,
+        _WORKDIR.value,
+        _BATCHING.value,
+        worker=(_WORKER_INDEX.value, count, _WORKER_CLAIMS.value),
+    )
     return
-  rows = sweep.run_sweep(_CONFIG.value, _WORKDIR.value, _BATCHING.value,
-                         aggregate_only=_AGGREGATE_ONLY.value or count > 1,
-                         started=started)
+  rows = sweep.run_sweep(
+      _CONFIG.value,
+      _WORKDIR.value,
+      _BATCHING.value,
+      aggregate_only=_AGGREGATE_ONLY.value or count > 1,
+      started=started,
+  )
   if rows is None:  # Not process 0 of a multi-process sweep: it writes.
     return
   print(sweep.markdown_table(rows))
   module = sweep.load_config_module(_CONFIG.value)
   if hasattr(module, "PAPER"):
-    reports.write_text(os.path.join(_WORKDIR.value, "paper.md"),
-                       plots.beside_paper(rows, module.PAPER, module.PANEL) + "\n")
+    reports.write_text(
+        os.path.join(_WORKDIR.value, "paper.md"),
+        plots.beside_paper(rows, module.PAPER, module.PANEL) + "\n",
+    )
   print(f"wrote {_WORKDIR.value}/table.csv, .json and .md")
 
 

@@ -5,18 +5,22 @@ import jax
 from ml_collections import config_flags
 
 from launch import cli
-from ut.io import reports
 from ut.experiments import threshold
+from ut.io import reports
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/threshold.py",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output folder "
-                               "(default: config.workdir).")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "configs/threshold.py", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Output folder " "(default: config.workdir)."
+)
 
 
 def main(argv):
   del argv
-  jax.config.update("jax_enable_x64", True)  # The compile and check are float64.
+  jax.config.update(
+      "jax_enable_x64", True
+  )  # The compile and check are float64.
   config = _CONFIG.value
   workdir = _WORKDIR.value or config.workdir
   _, summary = threshold.run(config, workdir)

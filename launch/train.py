@@ -20,11 +20,16 @@ from launch import cli
 from ut.training import train
 
 _CONFIG = cli.define_config_flag("config", "Training config.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run folder: checkpoints, metrics.")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Run folder: checkpoints, metrics."
+)
 _CPU_DEVICES = flags.DEFINE_integer(
-    "cpu_devices", None, "Make this many JAX devices of the CPU and, if more "
+    "cpu_devices",
+    None,
+    "Make this many JAX devices of the CPU and, if more "
     "than one, split each batch over them (config.train.data_parallel); e.g. "
-    "the number of cores.")
+    "the number of cores.",
+)
 
 
 def main(argv):
@@ -37,8 +42,10 @@ def main(argv):
       _CONFIG.value.train.data_parallel = True
   config = cli.hardware_overlay(_CONFIG.value)
   final = train.train_and_evaluate(config, _WORKDIR.value)
-  print(f"step {final['step']}: eval accuracy {final['eval_accuracy']:.4f} "
-        f"(metrics in {_WORKDIR.value}/metrics.json)")
+  print(
+      f"step {final['step']}: eval accuracy {final['eval_accuracy']:.4f} "
+      f"(metrics in {_WORKDIR.value}/metrics.json)"
+  )
 
 
 if __name__ == "__main__":

@@ -27,9 +27,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_bench(out, *flags):
   return subprocess.run(
-      [sys.executable, "-m", "benchmarks.train_bench", "--part=fixed",
-       "--repeats=1", "--min_block_s=0", f"--out={out}", *flags], cwd=ROOT,
-      capture_output=True, text=True, timeout=600, check=False)
+      [
+          sys.executable,
+          "-m",
+          "benchmarks.train_bench",
+          "--part=fixed",
+          "--repeats=1",
+          "--min_block_s=0",
+          f"--out={out}",
+          *flags,
+      ],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      check=False,
+  )
 
 
 def fixed_step_flops():
@@ -43,10 +56,16 @@ def fixed_step_flops():
   E_tok R_V (backward 2x); A times E_pos R_V is counted as A (Z R_V)."""
   b, t, m, h, k, vocab, classes, layers = 256, 64, 256, 2, 32, 4, 2, 2
   first_values = h * (2 * (vocab + t) * m * m + 2 * b * t * t * vocab)
-  frozen = (2 * b * t * vocab * m + layers * h * 2 * b * t * m * k * 2
-            + first_values + (layers - 1) * h * 2 * b * t * m * m)
-  activations = (layers * h * (2 * b * t * t * k + 2 * b * t * t * m)
-                 + h * 2 * b * t * vocab * m)
+  frozen = (
+      2 * b * t * vocab * m
+      + layers * h * 2 * b * t * m * k * 2
+      + first_values
+      + (layers - 1) * h * 2 * b * t * m * m
+  )
+  activations = (
+      layers * h * (2 * b * t * t * k + 2 * b * t * t * m)
+      + h * 2 * b * t * vocab * m
+  )
   unembed = 2 * b * t * m * classes
   return 2 * frozen + 3 * (activations + unembed)
 
@@ -67,7 +86,8 @@ class TrainBenchTest(absltest.TestCase):
     self.assertAlmostEqual(
         fixed["ratio_analytic"],
         fixed["analytic_flops"] * fixed["steps_per_s"] / fixed["roofline"],
-        places=6)
+        places=6,
+    )
     self.assertIn("git_commit", report["provenance"])
     with open(os.path.join(out, "train_bench.md")) as f:
       text = f.read()
@@ -78,9 +98,11 @@ class TrainBenchTest(absltest.TestCase):
     before = os.path.getmtime(os.path.join(out, "train_bench.json"))
     proc = run_bench(out)
     cli_helpers.assert_one_line_error(
-        self, proc, r"train_bench.md already exists; pass --overwrite")
-    self.assertEqual(os.path.getmtime(os.path.join(out, "train_bench.json")),
-                     before)
+        self, proc, r"train_bench.md already exists; pass --overwrite"
+    )
+    self.assertEqual(
+        os.path.getmtime(os.path.join(out, "train_bench.json")), before
+    )
 
   @pytest.mark.slow
   def test_sparse_attn_forward_flops_match_its_matmuls(self):
@@ -91,7 +113,9 @@ class TrainBenchTest(absltest.TestCase):
     spec = train.model_spec(config, task.info)
     params = models.init(jax.random.PRNGKey(0), spec)
     batch = train.train_batch(config, task, 0)
-    jaxpr = jax.make_jaxpr(lambda p: train.loss_and_metrics(p, spec, batch))(params)
+    jaxpr = jax.make_jaxpr(lambda p: train.loss_and_metrics(p, spec, batch))(
+        params
+    )
 
     def dot_flops(jaxpr):
       total = 0
@@ -99,19 +123,33 @@ class TrainBenchTest(absltest.TestCase):
         if e.primitive.name == "dot_general":
           (contract, _), _ = e.params["dimension_numbers"]
           lhs = e.invars[0].aval.shape
-          total += 2 * math.prod(e.outvars[0].aval.shape) * math.prod(
-              lhs[i] for i in contract)
-        total += sum(dot_flops(s) for s in jax.extend.core.jaxprs_in_params(e.params))
+          total += (
+              2
+              * math.prod(e.outvars[0].aval.shape)
+              * math.prod(lhs[i] for i in contract)
+          )
+        total += sum(
+            dot_flops(s) for s in jax.extend.core.jaxprs_in_params(e.params)
+        )
       return total
 
     b, t = batch["tokens"].shape
     # In its own process: train_bench's flags clash with flags_bench's here.
     proc = subprocess.run(
-        [sys.executable, "-c", "from benchmarks import train_bench; from "
-         "configs import dyck; from ut.training import data, train; c = dyck.get_config("
-         "'model=sparse,variant=attn'); s = train.model_spec(c, data.make_task("
-         f"c).info); print(train_bench.analytic_flops(s, {b}, {t})[0])"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
+        [
+            sys.executable,
+            "-c",
+            "from benchmarks import train_bench; from "
+            "configs import dyck; from ut.training import data, train; c = dyck.get_config("
+            "'model=sparse,variant=attn'); s = train.model_spec(c, data.make_task("
+            f"c).info); print(train_bench.analytic_flops(s, {b}, {t})[0])",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     self.assertEqual(float(proc.stdout), dot_flops(jaxpr.jaxpr))
 
   @pytest.mark.slow
@@ -120,7 +158,8 @@ class TrainBenchTest(absltest.TestCase):
     with open(os.path.join(tmp, "afile"), "w") as f:
       f.write("kept")
     cli_helpers.assert_one_line_error(
-        self, run_bench(os.path.join(tmp, "afile")), r"--out=.*afile is a file")
+        self, run_bench(os.path.join(tmp, "afile")), r"--out=.*afile is a file"
+    )
     proc = run_bench(tmp, "--repeats=0")
     self.assertNotEqual(proc.returncode, 0)
     self.assertNotIn("Traceback", proc.stderr)
@@ -132,9 +171,12 @@ class FlagsBenchTest(absltest.TestCase):
 
   def test_summary_takes_medians_over_rounds(self):
     from benchmarks import flags_bench  # pylint: disable=g-import-not-at-top
+
     result = lambda ratio, rate: dict(ratio_analytic=ratio, steps_per_s=rate)
-    rounds = [dict(base={"a": result(b, 10 * b)}, flags={"a": result(f, 10 * f)})
-              for b, f in ((0.4, 0.5), (0.2, 0.3), (0.5, 0.4))]
+    rounds = [
+        dict(base={"a": result(b, 10 * b)}, flags={"a": result(f, 10 * f)})
+        for b, f in ((0.4, 0.5), (0.2, 0.3), (0.5, 0.4))
+    ]
     (row,) = flags_bench.summarize(rounds)
     self.assertEqual(row["name"], "a")
     self.assertAlmostEqual(row["ratio_base"], 0.4)
@@ -147,19 +189,43 @@ class FlagsBenchTest(absltest.TestCase):
   def test_unknown_xla_flag_is_one_line_error(self):
     out = self.create_tempdir().full_path
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.flags_bench", "--rounds=1",
-         "--xla_flags=--xla_no_such_flag_here=1", f"--out={out}"], cwd=ROOT,
-        capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.flags_bench",
+            "--rounds=1",
+            "--xla_flags=--xla_no_such_flag_here=1",
+            f"--out={out}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     cli_helpers.assert_one_line_error(
-        self, proc, r"train_bench with XLA_FLAGS=.*no_such_flag.* failed")
+        self, proc, r"train_bench with XLA_FLAGS=.*no_such_flag.* failed"
+    )
     self.assertEqual(os.listdir(out), [])
 
 
 def run_dp_bench(*flags):
   return subprocess.run(
-      [sys.executable, "-m", "benchmarks.dp_bench", "--small", "--repeats=1",
-       "--min_block_s=0", *flags], cwd=ROOT, capture_output=True, text=True,
-      timeout=600, check=False)
+      [
+          sys.executable,
+          "-m",
+          "benchmarks.dp_bench",
+          "--small",
+          "--repeats=1",
+          "--min_block_s=0",
+          *flags,
+      ],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      check=False,
+  )
 
 
 @pytest.mark.slow
@@ -179,26 +245,35 @@ class DpBenchTest(absltest.TestCase):
     steps = case["steps"]
     self.assertAlmostEqual(steps["base"]["speedup"], 1.0)
     for st in steps.values():
-      self.assertAlmostEqual(st["ratio_dot"] / st["ratio_split_dot"],
-                             case["rooflines"]["dot_split"]
-                             / case["rooflines"]["dot"], places=6)
       self.assertAlmostEqual(
-          st["speedup"], steps["base"]["ms_per_step"] / st["ms_per_step"],
-          places=6)
+          st["ratio_dot"] / st["ratio_split_dot"],
+          case["rooflines"]["dot_split"] / case["rooflines"]["dot"],
+          places=6,
+      )
+      self.assertAlmostEqual(
+          st["speedup"],
+          steps["base"]["ms_per_step"] / st["ms_per_step"],
+          places=6,
+      )
     with open(os.path.join(out, "dp_bench.md")) as f:
       self.assertIn("dp steps match train_step", f.read())
     before = os.path.getmtime(os.path.join(out, "dp_bench.json"))
     proc = run_dp_bench(f"--out={out}")
     cli_helpers.assert_one_line_error(
-        self, proc, r"dp_bench.md already exists; pass --overwrite")
-    self.assertEqual(os.path.getmtime(os.path.join(out, "dp_bench.json")),
-                     before)
+        self, proc, r"dp_bench.md already exists; pass --overwrite"
+    )
+    self.assertEqual(
+        os.path.getmtime(os.path.join(out, "dp_bench.json")), before
+    )
 
   def test_microbatches_that_do_not_divide_are_one_line_error(self):
     proc = run_dp_bench("--devices=2", "--microbatches=3")
     cli_helpers.assert_one_line_error(
-        self, proc, r"--devices=2 x --microbatches=3 must divide the batch "
-        r"size 16 \(fixed")
+        self,
+        proc,
+        r"--devices=2 x --microbatches=3 must divide the batch "
+        r"size 16 \(fixed",
+    )
 
 
 if __name__ == "__main__":

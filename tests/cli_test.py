@@ -51,20 +51,39 @@ def simulate_grid(workdir, **fields):
 
 
 def run_simulate(*overrides):
-  cmd = [sys.executable, "-m", "launch.simulate", "--config=configs/simulate.py",
-         *overrides]
-  return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                        timeout=300, check=False)
+  cmd = [
+      sys.executable,
+      "-m",
+      "launch.simulate",
+      "--config=configs/simulate.py",
+      *overrides,
+  ]
+  return subprocess.run(
+      cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+  )
 
 
-def write_target(path, rng, *, num_layers=2, num_heads=2, d=4, k=3, kv=5,
-                 d_out=3, residual=0, looped=False):
+def write_target(
+    path,
+    rng,
+    *,
+    num_layers=2,
+    num_heads=2,
+    d=4,
+    k=3,
+    kv=5,
+    d_out=3,
+    residual=0,
+    looped=False,
+):
   lp = 1 if looped else num_layers
-  w = dict(wq=rng.standard_normal((lp, num_heads, d, k)) / 2,
-           wk=rng.standard_normal((lp, num_heads, d, k)) / 2,
-           wv=rng.standard_normal((lp, num_heads, d, kv)) / 2,
-           wo=rng.standard_normal((lp, num_heads, kv, d)) / 3,
-           wu=rng.standard_normal((d, d_out)))
+  w = dict(
+      wq=rng.standard_normal((lp, num_heads, d, k)) / 2,
+      wk=rng.standard_normal((lp, num_heads, d, k)) / 2,
+      wv=rng.standard_normal((lp, num_heads, d, kv)) / 2,
+      wo=rng.standard_normal((lp, num_heads, kv, d)) / 3,
+      wu=rng.standard_normal((d, d_out)),
+  )
   for key in ("wq", "wk", "wv", "wo"):
     w[key] = np.repeat(w[key], num_layers // lp, axis=0)
   np.savez(path, **w, causal=np.array(1), residual=np.array(residual))
@@ -78,32 +97,44 @@ class BringYourOwnTargetTest(parameterized.TestCase):
     tmp = self.create_tempdir().full_path
     rng = np.random.default_rng(2026)
     residual = int(variant is not None)
-    w = write_target(os.path.join(tmp, "T.npz"), rng, residual=residual,
-                     looped=variant == "looped_residual")
+    w = write_target(
+        os.path.join(tmp, "T.npz"),
+        rng,
+        residual=residual,
+        looped=variant == "looped_residual",
+    )
     x = rng.standard_normal((3, 7, 4))
     np.save(os.path.join(tmp, "X.npy"), x)
     return tmp, w, x, residual
 
-  @parameterized.parameters(("sparse", True, 1e-9, None, None),
-                            ("random", True, 1e-9, None, None),
-                            ("sparse", False, None, 1e-4, None),
-                            ("sparse", True, 1e-9, None, "looped_residual"),
-                            ("random", True, 1e-9, None, "residual"))
-  def test_output_matches_independent_target(self, ut, x64, atol, rtol, variant):
+  @parameterized.parameters(
+      ("sparse", True, 1e-9, None, None),
+      ("random", True, 1e-9, None, None),
+      ("sparse", False, None, 1e-4, None),
+      ("sparse", True, 1e-9, None, "looped_residual"),
+      ("random", True, 1e-9, None, "residual"),
+  )
+  def test_output_matches_independent_target(
+      self, ut, x64, atol, rtol, variant
+  ):
     tmp, w, x, residual = self.write_files(variant)
     out = os.path.join(tmp, "Y.npy")
-    y, report = simulate_target(target=f"{tmp}/T.npz", inputs=f"{tmp}/X.npy",
-                                out=out, ut=ut, x64=x64)
+    y, report = simulate_target(
+        target=f"{tmp}/T.npz", inputs=f"{tmp}/X.npy", out=out, ut=ut, x64=x64
+    )
     np.testing.assert_array_equal(np.load(out), y)
     self.check_output(tmp, w, x, residual, ut, x64, atol, rtol)
 
   @pytest.mark.slow
   def test_command_output_matches_independent_target(self):
     tmp, w, x, residual = self.write_files(None)
-    proc = run_simulate(f"--config.target={tmp}/T.npz",
-                        f"--config.inputs={tmp}/X.npy",
-                        f"--config.out={tmp}/Y.npy", "--config.ut=sparse",
-                        "--config.x64=False")
+    proc = run_simulate(
+        f"--config.target={tmp}/T.npz",
+        f"--config.inputs={tmp}/X.npy",
+        f"--config.out={tmp}/Y.npy",
+        "--config.ut=sparse",
+        "--config.x64=False",
+    )
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn(f"wrote {tmp}/Y.npy", proc.stdout)
     self.check_output(tmp, w, x, residual, "sparse", False, None, 1e-4)
@@ -121,12 +152,23 @@ class BringYourOwnTargetTest(parameterized.TestCase):
       self.assertLessEqual(np.abs(y - want).max() / np.abs(want).max(), rtol)
     with open(os.path.join(tmp, "Y.json")) as f:
       report = json.load(f)
-    for key in ("construction", "m", "N", "lower_bound", "max_abs_err",
-                "max_rel_err", "condition_number", "compile_seconds"):
+    for key in (
+        "construction",
+        "m",
+        "N",
+        "lower_bound",
+        "max_abs_err",
+        "max_rel_err",
+        "condition_number",
+        "compile_seconds",
+    ):
       self.assertIn(key, report)
     self.assertEqual(report["construction"], ut)
-    self.assertAlmostEqual(report["max_abs_err"], np.abs(y - want).max(),
-                           delta=1e-6 if not x64 else 1e-12)
+    self.assertAlmostEqual(
+        report["max_abs_err"],
+        np.abs(y - want).max(),
+        delta=1e-6 if not x64 else 1e-12,
+    )
     if ut == "random":
       self.assertEqual(report["m"], report["N"])
       self.assertGreater(report["condition_number"], 1)
@@ -144,8 +186,14 @@ class BadInputTest(parameterized.TestCase):
 
   def assert_bad(self, pattern, target="T.npz", inputs="X.npy", **fields):
     line = cli_helpers.assert_user_error(
-        self, pattern, simulate_target, target=f"{self.tmp}/{target}",
-        inputs=f"{self.tmp}/{inputs}", out=f"{self.tmp}/Y.npy", **fields)
+        self,
+        pattern,
+        simulate_target,
+        target=f"{self.tmp}/{target}",
+        inputs=f"{self.tmp}/{inputs}",
+        out=f"{self.tmp}/Y.npy",
+        **fields,
+    )
     self.assertFalse(os.path.exists(f"{self.tmp}/Y.npy"))
     self.assertFalse(os.path.exists(f"{self.tmp}/Y.json"))
     return line
@@ -186,25 +234,36 @@ class BadInputTest(parameterized.TestCase):
     self.assert_bad(r"H=0 must be a positive", "bad.npz")
 
   def test_table_grid_nonpositive(self):
-    cli_helpers.assert_user_error(self, r"L=0 must be a positive", simulate_grid,
-                                  f"{self.tmp}/table", grid=((2, 0, 4),))
+    cli_helpers.assert_user_error(
+        self,
+        r"L=0 must be a positive",
+        simulate_grid,
+        f"{self.tmp}/table",
+        grid=((2, 0, 4),),
+    )
     self.assertFalse(os.path.exists(f"{self.tmp}/table"))
 
   @parameterized.parameters(("num_targets", 0), ("seq_len", 0), ("batch", -1))
   def test_table_size_nonpositive(self, field, value):
     cli_helpers.assert_user_error(
-        self, rf"config.{field}={value} must be a positive", simulate_grid,
-        f"{self.tmp}/table", **{field: value})
+        self,
+        rf"config.{field}={value} must be a positive",
+        simulate_grid,
+        f"{self.tmp}/table",
+        **{field: value},
+    )
     self.assertFalse(os.path.exists(f"{self.tmp}/table"))
 
   def test_negative_seed(self):
-    self.assert_bad(r"seed=-1 must be a non-negative integer", ut="random",
-                    seed=-1)
+    self.assert_bad(
+        r"seed=-1 must be a non-negative integer", ut="random", seed=-1
+    )
 
   @parameterized.parameters(
       (dict(ut="random", m=0), r"m=0 must be a positive integer"),
       (dict(ut="random", k_u=0), r"k_u=0 is smaller than"),
-      (dict(ut="sparse", m=100), r"sparse UT's width is fixed"))
+      (dict(ut="sparse", m=100), r"sparse UT's width is fixed"),
+  )
   def test_width_zero_or_for_the_sparse_ut(self, fields, pattern):
     self.assert_bad(pattern, **fields)
 
@@ -218,10 +277,15 @@ class BadInputTest(parameterized.TestCase):
     out = f"{self.tmp}/Y.npy"
     np.save(out, np.arange(3.0))
     before = open(out, "rb").read()
-    files = dict(target=f"{self.tmp}/T.npz", inputs=f"{self.tmp}/X.npy", out=out)
+    files = dict(
+        target=f"{self.tmp}/T.npz", inputs=f"{self.tmp}/X.npy", out=out
+    )
     cli_helpers.assert_user_error(
-        self, r"Y.npy already exists; pass --config.overwrite=True",
-        simulate_target, **files)
+        self,
+        r"Y.npy already exists; pass --config.overwrite=True",
+        simulate_target,
+        **files,
+    )
     self.assertEqual(open(out, "rb").read(), before)
     self.assertFalse(os.path.exists(f"{self.tmp}/Y.json"))
     simulate_target(**files, overwrite=True)
@@ -240,21 +304,26 @@ class CommandErrorTest(absltest.TestCase):
     np.save(os.path.join(self.tmp, "X.npy"), rng.standard_normal((2, 3, 4)))
 
   def run_files(self, target="T.npz", *extra):
-    return run_simulate(f"--config.target={self.tmp}/{target}",
-                        f"--config.inputs={self.tmp}/X.npy",
-                        f"--config.out={self.tmp}/Y.npy", *extra)
+    return run_simulate(
+        f"--config.target={self.tmp}/{target}",
+        f"--config.inputs={self.tmp}/X.npy",
+        f"--config.out={self.tmp}/Y.npy",
+        *extra,
+    )
 
   def test_bad_target_file(self):
     w = dict(np.load(f"{self.tmp}/T.npz"))
     del w["wk"]
     np.savez(f"{self.tmp}/bad.npz", **w)
-    cli_helpers.assert_one_line_error(self, self.run_files("bad.npz"),
-                                      r"missing key.*wk")
+    cli_helpers.assert_one_line_error(
+        self, self.run_files("bad.npz"), r"missing key.*wk"
+    )
     self.assertFalse(os.path.exists(f"{self.tmp}/Y.npy"))
 
   def test_bad_table_override(self):
-    proc = run_simulate("--config.grid=((2, 0, 4),)",
-                        f"--workdir={self.tmp}/table")
+    proc = run_simulate(
+        "--config.grid=((2, 0, 4),)", f"--workdir={self.tmp}/table"
+    )
     cli_helpers.assert_one_line_error(self, proc, r"L=0 must be a positive")
     self.assertFalse(os.path.exists(f"{self.tmp}/table"))
 
@@ -262,8 +331,9 @@ class CommandErrorTest(absltest.TestCase):
     out = f"{self.tmp}/Y.npy"
     np.save(out, np.arange(3.0))
     before = open(out, "rb").read()
-    cli_helpers.assert_one_line_error(self, self.run_files(),
-                                      r"Y.npy already exists.*overwrite")
+    cli_helpers.assert_one_line_error(
+        self, self.run_files(), r"Y.npy already exists.*overwrite"
+    )
     self.assertEqual(open(out, "rb").read(), before)
     self.assertFalse(os.path.exists(f"{self.tmp}/Y.json"))
     proc = self.run_files("T.npz", "--config.overwrite=True")
@@ -281,8 +351,9 @@ class HostSettingsTest(parameterized.TestCase):
     (the config, the flags)."""
     argv = ["prog", f"--config={config}", *overrides]
     flag_values = flags.FlagValues()
-    holder = cli.define_config_flag("config", "Config.", flag_values=flag_values,
-                                    sys_argv=argv)
+    holder = cli.define_config_flag(
+        "config", "Config.", flag_values=flag_values, sys_argv=argv
+    )
     flag_values(argv)
     return holder.value, flag_values
 
@@ -292,7 +363,9 @@ class HostSettingsTest(parameterized.TestCase):
       self.assertEqual(config.cpu.to_dict(), cpu_config.get_config().to_dict())
       self.assertTrue(config.is_locked)
       # A config built in Python (no --config flag) gains the section too.
-      self.assertIn("cpu", cli.hardware_overlay(dyck_config.get_config("smoke")))
+      self.assertIn(
+          "cpu", cli.hardware_overlay(dyck_config.get_config("smoke"))
+      )
     for backend in ("gpu", "tpu"):
       with mock.patch.object(jax, "default_backend", return_value=backend):
         config = cli.hardware_overlay(self.parse()[0])
@@ -302,7 +375,9 @@ class HostSettingsTest(parameterized.TestCase):
 
   def test_compiler_options_come_from_the_cpu_section_only(self):
     with mock.patch.object(jax, "default_backend", return_value="cpu"):
-      no_ynn = dict(compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=""))
+      no_ynn = dict(
+          compiler_options=dict(xla_cpu_experimental_ynn_fusion_type="")
+      )
       config = dyck_config.get_config("smoke")
       self.assertEqual(train.compiler_options(config), {})  # No section.
       cpu_config.overlay(config)
@@ -313,54 +388,77 @@ class HostSettingsTest(parameterized.TestCase):
       self.assertEqual(train.compiler_options(config), {})
 
   def test_cpu_field_overrides(self):
-    config, _ = self.parse("--config.cpu.ynn_fusions=False",
-                           "--config.cpu.microbatches=2")
+    config, _ = self.parse(
+        "--config.cpu.ynn_fusions=False", "--config.cpu.microbatches=2"
+    )
     with mock.patch.object(jax, "default_backend", return_value="cpu"):
       config = cli.hardware_overlay(config)
       self.assertFalse(config.cpu.ynn_fusions)
       self.assertEqual(train.step_microbatches(config), 2)
-      self.assertEqual(train.compiler_options(config), dict(
-          compiler_options=dict(xla_cpu_experimental_ynn_fusion_type="")))
+      self.assertEqual(
+          train.compiler_options(config),
+          dict(compiler_options=dict(xla_cpu_experimental_ynn_fusion_type="")),
+      )
     with mock.patch.object(jax, "default_backend", return_value="tpu"):
       cli_helpers.assert_user_error(
-          self, r"config.cpu is for CPU hosts, and JAX runs on tpu",
+          self,
+          r"config.cpu is for CPU hosts, and JAX runs on tpu",
           cli.hardware_overlay,
-          self.parse("--config.cpu.ynn_fusions=False")[0])
+          self.parse("--config.cpu.ynn_fusions=False")[0],
+      )
 
   def test_malloc_is_tuned_on_cpu_only(self):
     _, flag_values = self.parse()
     for cpu, calls in ((False, 0), (True, 1)):
-      with mock.patch.object(host, "cpu_expected", return_value=cpu), \
-           mock.patch.object(host, "tune_malloc", return_value=True) as tune:
+      with (
+          mock.patch.object(host, "cpu_expected", return_value=cpu),
+          mock.patch.object(host, "tune_malloc", return_value=True) as tune,
+      ):
         self.assertEqual(cli.tune_host(flag_values), bool(calls))
         self.assertEqual(tune.call_count, calls)
     # --config.cpu.tune_malloc=False turns it off on CPU too.
     _, flag_values = self.parse("--config.cpu.tune_malloc=False")
-    with mock.patch.object(host, "cpu_expected", return_value=True), \
-         mock.patch.object(host, "tune_malloc", return_value=True) as tune:
+    with (
+        mock.patch.object(host, "cpu_expected", return_value=True),
+        mock.patch.object(host, "tune_malloc", return_value=True) as tune,
+    ):
       self.assertFalse(cli.tune_host(flag_values))
       tune.assert_not_called()
 
   def test_cpu_expected_without_starting_a_backend(self):
     self.assertTrue(host.cpu_expected("cpu"))
     self.assertFalse(host.cpu_expected("cuda,cpu"))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TPU_LIBRARY_PATH", "PJRT_NAMES_AND_LIBRARY_PATHS")}
-    with mock.patch.dict(os.environ, env, clear=True), \
-         mock.patch("importlib.metadata.entry_points", return_value=[]):
-      for installed, cpu in ((None, True), ("libtpu", False),
-                             ("jax_plugins", False)):
-        with mock.patch("importlib.util.find_spec",
-                        side_effect=lambda name, i=installed: name == i or None):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("TPU_LIBRARY_PATH", "PJRT_NAMES_AND_LIBRARY_PATHS")
+    }
+    with (
+        mock.patch.dict(os.environ, env, clear=True),
+        mock.patch("importlib.metadata.entry_points", return_value=[]),
+    ):
+      for installed, cpu in (
+          (None, True),
+          ("libtpu", False),
+          ("jax_plugins", False),
+      ):
+        with mock.patch(
+            "importlib.util.find_spec",
+            side_effect=lambda name, i=installed: name == i or None,
+        ):
           self.assertEqual(host.cpu_expected(""), cpu, installed)
 
   def test_compilation_cache(self):
-    names = ("jax_compilation_cache_dir",
-             "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes")
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+    )
     before = {n: getattr(jax.config, n) for n in names}
     # Nothing compiles in between: this process keeps no cache afterwards.
-    self.addCleanup(lambda: [jax.config.update(n, v) for n, v in before.items()])
+    self.addCleanup(
+        lambda: [jax.config.update(n, v) for n, v in before.items()]
+    )
     folder = self.create_tempdir().full_path
     with mock.patch.dict(os.environ, {"UT_JAX_CACHE": folder}):
       self.assertEqual(cli.use_compilation_cache(), folder)
@@ -371,8 +469,9 @@ class HostSettingsTest(parameterized.TestCase):
     self.assertIsNone(jax.config.jax_compilation_cache_dir)
     with mock.patch.dict(os.environ, {"HOME": folder}):
       os.environ.pop("UT_JAX_CACHE", None)
-      self.assertEqual(cli.use_compilation_cache(),
-                       os.path.join(folder, ".cache/ut/jax"))
+      self.assertEqual(
+          cli.use_compilation_cache(), os.path.join(folder, ".cache/ut/jax")
+      )
 
 
 if __name__ == "__main__":

@@ -21,14 +21,13 @@ from absl.testing import parameterized
 import nbformat
 import numpy as np
 import pytest
-import pytest
 
 from tests import cli_helpers
+from ut.errors import UserError
+from ut.experiments import sweep
 from ut.io import notebooks
 from ut.io import plots
 from ut.io import reports
-from ut.experiments import sweep
-from ut.errors import UserError
 
 ROOT = notebooks.ROOT
 NOTEBOOKS = [notebooks.path(n) for n in notebooks.names()]
@@ -57,21 +56,30 @@ class NotebooksTest(parameterized.TestCase):
     self.assertNotEmpty(NOTEBOOKS)
 
   @parameterized.named_parameters(
-      (os.path.splitext(os.path.basename(p))[0], p) for p in NOTEBOOKS)
+      (os.path.splitext(os.path.basename(p))[0], p) for p in NOTEBOOKS
+  )
   @pytest.mark.slow  # Under named_parameters: each generated test keeps it.
   def test_runs_at_smoke_profile(self, path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     self.assertLen(code[:2], 2, "no setup and parameters cells")
-    self.assertEqual(code[0].source, notebooks.SETUP_CELL,
-                     "the first code cell must be the setup cell")
-    self.assertIn(notebooks.profile_line("full"), code[1].source.splitlines(),
-                  "the second code cell must be the parameters cell")
+    self.assertEqual(
+        code[0].source,
+        notebooks.SETUP_CELL,
+        "the first code cell must be the setup cell",
+    )
+    self.assertIn(
+        notebooks.profile_line("full"),
+        code[1].source.splitlines(),
+        "the second code cell must be the parameters cell",
+    )
     self.assertTrue(any("#@title" in c.source for c in code), "no #@title")
     self.assertTrue(any("#@param" in c.source for c in code), "no #@param")
     for c in code:
-      self.assertFalse(c.get("outputs") or c.get("execution_count"),
-                       "stored outputs: clear them before committing")
+      self.assertFalse(
+          c.get("outputs") or c.get("execution_count"),
+          "stored outputs: clear them before committing",
+      )
     notebooks.set_profile(nb, "smoke")
     self.assertIn(notebooks.profile_line("smoke"), code[1].source)
 
@@ -79,14 +87,20 @@ class NotebooksTest(parameterized.TestCase):
     try:
       notebooks.execute(nb, self.kernel_specs, timeout_s=CELL_TIMEOUT_S)
     except notebooks.NotebookFailed as e:
-      self.fail(f"{os.path.basename(path)} failed at smoke profile:\n{e.detail}")
-    self.assertEqual(before, _results_snapshot(),
-                     "a smoke run changed results/: write to a temporary folder")
+      self.fail(
+          f"{os.path.basename(path)} failed at smoke profile:\n{e.detail}"
+      )
+    self.assertEqual(
+        before,
+        _results_snapshot(),
+        "a smoke run changed results/: write to a temporary folder",
+    )
 
   @pytest.mark.slow
   def test_a_failing_cell_raises_notebook_failed(self):
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("raise ValueError('boom in cell')")])
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("raise ValueError('boom in cell')")]
+    )
     with self.assertRaisesRegex(notebooks.NotebookFailed, "boom in cell"):
       notebooks.execute(nb, self.kernel_specs, timeout_s=60)
 
@@ -99,7 +113,9 @@ class NotebooksTest(parameterized.TestCase):
     nb = nbformat.v4.new_notebook(cells=[params, setup])
     with self.assertRaisesRegex(UserError, "setup cell"):
       notebooks.set_profile(nb, "smoke")
-    nb = nbformat.v4.new_notebook(cells=[setup, nbformat.v4.new_code_cell("x = 1")])
+    nb = nbformat.v4.new_notebook(
+        cells=[setup, nbformat.v4.new_code_cell("x = 1")]
+    )
     with self.assertRaisesRegex(UserError, "parameters cell"):
       notebooks.set_profile(nb, "smoke")
     with self.assertRaisesRegex(UserError, "profile='tiny'"):
@@ -154,10 +170,12 @@ class SetupCellTest(absltest.TestCase):
       self.skipTest("not a git checkout")
     tmp = self.create_tempdir().full_path
     with self.cwd(tmp):
-      self.assertEqual(self.run_setup(UT_REPO=f"file://{ROOT}"),
-                       os.path.join(tmp, "ut_repo"))
-    self.assertTrue(os.path.isfile(os.path.join(tmp, "ut_repo", "configs",
-                                                "dyck.py")))
+      self.assertEqual(
+          self.run_setup(UT_REPO=f"file://{ROOT}"), os.path.join(tmp, "ut_repo")
+      )
+    self.assertTrue(
+        os.path.isfile(os.path.join(tmp, "ut_repo", "configs", "dyck.py"))
+    )
 
 
 @pytest.mark.slow
@@ -165,14 +183,22 @@ class LaunchColabsTest(absltest.TestCase):
   """launch.colabs' user errors (executing at full size is the regeneration)."""
 
   def run_cli(self, *flags):
-    return subprocess.run([sys.executable, "-m", "launch.colabs", *flags],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "launch.colabs", *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
   def test_unknown_notebook(self):
-    proc = self.run_cli("--notebooks=dyck,nope",
-                        f"--out={self.create_tempdir().full_path}")
-    cli_helpers.assert_one_line_error(self, proc, r"no notebook colabs/nope.ipynb")
+    proc = self.run_cli(
+        "--notebooks=dyck,nope", f"--out={self.create_tempdir().full_path}"
+    )
+    cli_helpers.assert_one_line_error(
+        self, proc, r"no notebook colabs/nope.ipynb"
+    )
 
   def test_refuses_to_overwrite(self):
     out = self.create_tempdir()
@@ -184,14 +210,29 @@ class LaunchColabsTest(absltest.TestCase):
 
 
 ROWS = [
-    dict(task="khop", kind=kind, variant=variant, data=json.dumps(dict(k=k)),
-         lr=0.01, seeds=2, accuracy_mean=acc, accuracy_std=std, runs=f"{kind}{k}")
+    dict(
+        task="khop",
+        kind=kind,
+        variant=variant,
+        data=json.dumps(dict(k=k)),
+        lr=0.01,
+        seeds=2,
+        accuracy_mean=acc,
+        accuracy_std=std,
+        runs=f"{kind}{k}",
+    )
     for kind, variant, k, acc, std in [
-        ("sparse", "res_ln", 1, 1.0, 0.0), ("random", "res_ln", 1, 0.9, 0.05),
+        ("sparse", "res_ln", 1, 1.0, 0.0),
+        ("random", "res_ln", 1, 0.9, 0.05),
         ("sparse", "attn", 2, 0.35, math.nan),
-        ("compiled_sparse", "attn", 2, 0.99, 0.01)]]
-PAPER = {("random", "res_ln"): "85.7-96.1", (2, "sparse", "attn"): "about 30-40",
-         ("sparse", "res_ln"): "100"}
+        ("compiled_sparse", "attn", 2, 0.99, 0.01),
+    ]
+]
+PAPER = {
+    ("random", "res_ln"): "85.7-96.1",
+    (2, "sparse", "attn"): "about 30-40",
+    ("sparse", "res_ln"): "100",
+}
 
 
 class PlotsTest(absltest.TestCase):
@@ -215,16 +256,27 @@ class PlotsTest(absltest.TestCase):
     fig.savefig(os.path.join(self.create_tempdir().full_path, "k.png"))
 
   def test_compiled_bars(self):
-    result = dict(rows=[dict(construction=c, m=m, target_accuracy=0.9,
-                             ut_accuracy=0.9, agreement=1.0)
-                        for c, m in (("sparse", 416), ("random", 640))])
+    result = dict(
+        rows=[
+            dict(
+                construction=c,
+                m=m,
+                target_accuracy=0.9,
+                ut_accuracy=0.9,
+                agreement=1.0,
+            )
+            for c, m in (("sparse", 416), ("random", 640))
+        ]
+    )
     fig = plots.compiled_bars({"dyck": result})
     self.assertLen(fig.axes[0].patches, 6)
 
   def test_finished_rows(self):
     workdir = self.create_tempdir().full_path
-    config = os.path.join(ROOT, "configs/dyck_table.py") + \
-        ":smoke,kinds=sparse,variants=attn,mixes=za,seeds=2"
+    config = (
+        os.path.join(ROOT, "configs/dyck_table.py")
+        + ":smoke,kinds=sparse,variants=attn,mixes=za,seeds=2"
+    )
     self.assertIsNone(plots.finished_rows(config, workdir))
     runs = "model=sparse_variant=attn_mix=za_seed={}_smoke"
     row = dict(ROWS[0], runs=";".join(runs.format(s) for s in range(2)))
@@ -239,15 +291,27 @@ class PlotsTest(absltest.TestCase):
   def test_finished_rows_of_fewer_seeds_than_the_table(self):
     # The table has 3 seeds per cell; a 2-seed sub-grid gets its own mean.
     workdir = self.create_tempdir().full_path
-    grid = os.path.join(ROOT, "configs/dyck_table.py") + \
-        ":smoke,kinds=sparse,variants=attn,mixes=za,seeds={}"
+    grid = (
+        os.path.join(ROOT, "configs/dyck_table.py")
+        + ":smoke,kinds=sparse,variants=attn,mixes=za,seeds={}"
+    )
     module = sweep.load_config_module(grid)
     runs = sweep.collect_runs(module, grid.format(3).split(":", 1)[1])
     for (name, config), acc in zip(runs, (0.5, 0.7, 0.9)):
-      reports.write_json(os.path.join(workdir, "runs", name, "metrics.json"), dict(
-          name=name, eval_accuracy=acc, task="dyck", kind="sparse",
-          variant="attn", config=json.loads(config.to_json_best_effort())))
-    sweep.write_table(workdir, sweep.aggregate(workdir, [n for n, _ in runs]), {})
+      reports.write_json(
+          os.path.join(workdir, "runs", name, "metrics.json"),
+          dict(
+              name=name,
+              eval_accuracy=acc,
+              task="dyck",
+              kind="sparse",
+              variant="attn",
+              config=json.loads(config.to_json_best_effort()),
+          ),
+      )
+    sweep.write_table(
+        workdir, sweep.aggregate(workdir, [n for n, _ in runs]), {}
+    )
     [row] = plots.finished_rows(grid.format(2), workdir)
     self.assertEqual(row["seeds"], 2)
     self.assertAlmostEqual(row["accuracy_mean"], 0.6)

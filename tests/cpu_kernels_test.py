@@ -28,7 +28,11 @@ def np_attention_layer(x_BxTxW, wq, wk, wv, wo, causal):
   t = x_BxTxW.shape[1]
   out = 0.0
   for h in range(wq.shape[0]):
-    s = (x_BxTxW @ wq[h]) @ (x_BxTxW @ wk[h]).swapaxes(1, 2) / np.sqrt(wq.shape[-1])
+    s = (
+        (x_BxTxW @ wq[h])
+        @ (x_BxTxW @ wk[h]).swapaxes(1, 2)
+        / np.sqrt(wq.shape[-1])
+    )
     if causal:
       s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
     e = np.exp(s - s.max(-1, keepdims=True))
@@ -45,12 +49,13 @@ def np_layer_norm(z, eps=1e-5):
 class KernelsTest(chex.TestCase):
 
   @parameterized.named_parameters(
-      ("wo_causal", True, 3, True),      # A target: K != V != W.
+      ("wo_causal", True, 3, True),  # A target: K != V != W.
       ("no_wo_value_is_width", False, 4, False),  # A UT: V = W (one matmul).
-      ("no_wo_narrow_values", False, 3, True),    # V < W, summed over heads.
+      ("no_wo_narrow_values", False, 3, True),  # V < W, summed over heads.
   )
   def test_attention_layer_matches_numpy_and_textbook_gradients(
-      self, with_wo, v, causal):
+      self, with_wo, v, causal
+  ):
     rng = np.random.default_rng(0)
     h, w, k = 2, 4, 5
     wq, wk = rng.standard_normal((2, 1, h, w, k))
@@ -60,17 +65,28 @@ class KernelsTest(chex.TestCase):
     with jax.enable_x64(True):
       args = (x, wq[0], wk[0], wv[0]) + ((wo[0],) if with_wo else ())
       got = kernels.attention_layer(*args, causal=causal)
-      want = np_attention_layer(x, wq[0], wk[0], wv[0],
-                                wo[0] if with_wo else None, causal)
+      want = np_attention_layer(
+          x, wq[0], wk[0], wv[0], wo[0] if with_wo else None, causal
+      )
       np.testing.assert_allclose(got, want, atol=F64_TOL, rtol=F64_TOL)
       if with_wo:  # The tests' target reference too.
         np.testing.assert_allclose(
-            got, reference.target_forward(dict(wq=wq, wk=wk, wv=wv, wo=wo), x,
-                                          causal=causal, residual=False),
-            atol=F64_TOL, rtol=F64_TOL)
+            got,
+            reference.target_forward(
+                dict(wq=wq, wk=wk, wv=wv, wo=wo),
+                x,
+                causal=causal,
+                residual=False,
+            ),
+            atol=F64_TOL,
+            rtol=F64_TOL,
+        )
       np.testing.assert_allclose(
-          got, transformer.attention_layer(*args, causal=causal),
-          atol=F64_TOL, rtol=F64_TOL)
+          got,
+          transformer.attention_layer(*args, causal=causal),
+          atol=F64_TOL,
+          rtol=F64_TOL,
+      )
       loss = lambda fn: lambda *a: jnp.sum(jnp.sin(fn(*a, causal=causal)))
       argnums = tuple(range(len(args)))
       got_grads = jax.grad(loss(kernels.attention_layer), argnums)(*args)
@@ -82,25 +98,42 @@ class KernelsTest(chex.TestCase):
     with jax.enable_x64(True):
       a, x = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4, 5))
       check_grads(kernels.batched_matmul, (a, x), order=1, modes=("rev",))
-      check_grads(lambda a, x, y: kernels.batched_matmul(a, [x, y]),
-                  (a, x, 2 * x), order=1, modes=("rev",))
-      check_grads(kernels.softmax, (rng.standard_normal((2, 3, 7)),), order=1,
-                  modes=("rev",))
+      check_grads(
+          lambda a, x, y: kernels.batched_matmul(a, [x, y]),
+          (a, x, 2 * x),
+          order=1,
+          modes=("rev",),
+      )
+      check_grads(
+          kernels.softmax,
+          (rng.standard_normal((2, 3, 7)),),
+          order=1,
+          modes=("rev",),
+      )
       z = rng.standard_normal((2, 3, 4))
       for c in (2, 9):  # Broadcast multiply-adds (C <= 8), and a matmul.
-        check_grads(kernels.unembed, (z, rng.standard_normal((4, c))),
-                    order=1, modes=("rev",))
+        check_grads(
+            kernels.unembed,
+            (z, rng.standard_normal((4, c))),
+            order=1,
+            modes=("rev",),
+        )
 
   def test_softmax_and_unembed_match_numpy(self):
     rng = np.random.default_rng(2)
     with jax.enable_x64(True):
       s = rng.standard_normal((3, 5, 6))
       e = np.exp(s - s.max(-1, keepdims=True))
-      np.testing.assert_allclose(kernels.softmax(s), e / e.sum(-1, keepdims=True),
-                                 atol=F64_TOL, rtol=F64_TOL)
+      np.testing.assert_allclose(
+          kernels.softmax(s),
+          e / e.sum(-1, keepdims=True),
+          atol=F64_TOL,
+          rtol=F64_TOL,
+      )
       z, u = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 3))
-      np.testing.assert_allclose(kernels.unembed(z, u), z @ u, atol=F64_TOL,
-                                 rtol=F64_TOL)
+      np.testing.assert_allclose(
+          kernels.unembed(z, u), z @ u, atol=F64_TOL, rtol=F64_TOL
+      )
 
   def test_row_max_is_max_for_every_width(self):
     """`row_max` (halving; odd widths share a middle column) against numpy's
@@ -109,21 +142,25 @@ class KernelsTest(chex.TestCase):
     row_max = jax.jit(kernels.row_max)
     for width in range(1, 20):
       x = rng.standard_normal((2, width + 1, width)).astype(np.float32)
-      x[0, :width] += 10 * np.eye(width)   # The maximum in each column once.
+      x[0, :width] += 10 * np.eye(width)  # The maximum in each column once.
       x[1, 0] = -np.inf
       x[1, 1] = 3.0
       np.testing.assert_array_equal(
-          np.asarray(row_max(x)), x.max(-1, keepdims=True))
+          np.asarray(row_max(x)), x.max(-1, keepdims=True)
+      )
 
   def test_level_stats_match_numpy_at_highest_precision(self):
     rng = np.random.default_rng(0)
-    levels = [jnp.asarray(rng.normal(size=(2, 3, f)) * 5 + 2, jnp.float32)
-              for f in (4, 8, 16)]
+    levels = [
+        jnp.asarray(rng.normal(size=(2, 3, f)) * 5 + 2, jnp.float32)
+        for f in (4, 8, 16)
+    ]
     mean, inv = kernels.level_stats(levels)
     z = np.concatenate([np.asarray(x, np.float64) for x in levels], -1)
     np.testing.assert_allclose(mean[..., 0], z.mean(-1), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(inv[..., 0], 1 / np.sqrt(z.var(-1) + 1e-5),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        inv[..., 0], 1 / np.sqrt(z.var(-1) + 1e-5), rtol=1e-5
+    )
     # Its row sums are matmuls: a default-precision one would round z to
     # bfloat16 on TPU, where LayerNorm's reduce does not.
     jaxpr = jax.make_jaxpr(kernels.level_stats)(levels)
@@ -138,16 +175,20 @@ class KernelsTest(chex.TestCase):
       levels = [rng.standard_normal((2, 3, f)) for f in (4, 6)]
       rows = [rng.standard_normal((f, 5)) for f in (4, 6)]
       z = np.concatenate(levels, -1)
-      np.testing.assert_allclose(kernels.layer_norm(z), np_layer_norm(z),
-                                 atol=F64_TOL, rtol=F64_TOL)
-      got = kernels.normed_matmul(levels, rows, kernels.level_stats(levels),
-                                  precision=None)
-      np.testing.assert_allclose(got, np_layer_norm(z) @ np.concatenate(rows),
-                                 atol=1e-10, rtol=1e-10)
+      np.testing.assert_allclose(
+          kernels.layer_norm(z), np_layer_norm(z), atol=F64_TOL, rtol=F64_TOL
+      )
+      got = kernels.normed_matmul(
+          levels, rows, kernels.level_stats(levels), precision=None
+      )
+      np.testing.assert_allclose(
+          got, np_layer_norm(z) @ np.concatenate(rows), atol=1e-10, rtol=1e-10
+      )
       table = rng.standard_normal((5, 4))
       tokens = rng.integers(0, 5, (2, 3))
-      np.testing.assert_array_equal(kernels.token_embed(tokens, table),
-                                    table[tokens])
+      np.testing.assert_array_equal(
+          kernels.token_embed(tokens, table), table[tokens]
+      )
 
 
 if __name__ == "__main__":

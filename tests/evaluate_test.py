@@ -23,10 +23,10 @@ from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
 from tests import xla_settings
+from ut.errors import UserError
 from ut.training import evaluate
 from ut.training import models
 from ut.training import train
-from ut.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -124,9 +124,14 @@ def write(path, lines):
 
 
 def run_cli(module, *args):
-  return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300,
-                        check=False)
+  return subprocess.run(
+      [sys.executable, "-m", module, *args],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+  )
 
 
 class EvaluateTest(parameterized.TestCase):
@@ -162,12 +167,14 @@ class EvaluateTest(parameterized.TestCase):
     model = evaluate.load(self.workdirs[name])
     rng = np.random.default_rng(1)
     unembed = rng.standard_normal(model.params["unembed"].shape, np.float32)
-    model = dataclasses.replace(model, params={**model.params,
-                                               "unembed": unembed})
+    model = dataclasses.replace(
+        model, params={**model.params, "unembed": unembed}
+    )
     report = evaluate.evaluate_jsonl(model, data, out)
     self.assertEqual(report["num_skipped_too_long"], len(too_long))
-    self.assertEqual(report["skipped_too_long_lines"],
-                     too_long[:evaluate.MAX_LISTED_LINES])
+    self.assertEqual(
+        report["skipped_too_long_lines"], too_long[: evaluate.MAX_LISTED_LINES]
+    )
     self.assertEqual(report["num_examples"], len(examples))
     self.assertEqual(report["num_labels_disagreeing_with_task"], 0)
 
@@ -182,8 +189,10 @@ class EvaluateTest(parameterized.TestCase):
         hits, count = int(pred[-1] == label), 1
       else:
         pred = pred[1:] if name == "khop_range" else pred
-        self.assertEqual(got["prediction"],
-                         "".join("_" if p == 4 else "abcd"[p] for p in pred))
+        self.assertEqual(
+            got["prediction"],
+            "".join("_" if p == 4 else "abcd"[p] for p in pred),
+        )
         letters = [i for i, c in enumerate(label) if c != "_"]
         hits = sum(pred[i] == ord(label[i]) - ord("a") for i in letters)
         count = len(letters)
@@ -199,27 +208,57 @@ class EvaluateTest(parameterized.TestCase):
 
   def test_wrong_labels_are_counted(self):
     data = os.path.join(self.tmp, "data.jsonl")
-    write(data, ['{"text": "()", "label": 0}', '{"text": "(()"}',
-                 '{"text": ")(", "label": 0}'])
+    write(
+        data,
+        [
+            '{"text": "()", "label": 0}',
+            '{"text": "(()"}',
+            '{"text": ")(", "label": 0}',
+        ],
+    )
     report = evaluate.evaluate_jsonl(self.workdirs["dyck"], data)
     self.assertEqual(report["disagreeing_lines"], [1])
     self.assertEqual(report["labels_from_task_lines"], [2])
 
   @parameterized.named_parameters(
-      ("bad_paren", "dyck", ['{"text": "()"}', "", '{"text": "(x)"}'],
-       r"data.jsonl line 3: character 'x'"),
-      ("bad_letter", "khop_range", ['{"text": "abz", "k": 1}'],
-       r"data.jsonl line 1: character 'z'"),
-      ("bad_label", "khop_fixed", ['{"text": "ab", "label": "_q"}'],
-       r"line 1: label: character 'q'"),
-      ("bad_json", "dyck", ['{"text": "()"}', '{"text": "()"'],
-       r"data.jsonl line 2: invalid JSON"),
+      (
+          "bad_paren",
+          "dyck",
+          ['{"text": "()"}', "", '{"text": "(x)"}'],
+          r"data.jsonl line 3: character 'x'",
+      ),
+      (
+          "bad_letter",
+          "khop_range",
+          ['{"text": "abz", "k": 1}'],
+          r"data.jsonl line 1: character 'z'",
+      ),
+      (
+          "bad_label",
+          "khop_fixed",
+          ['{"text": "ab", "label": "_q"}'],
+          r"line 1: label: character 'q'",
+      ),
+      (
+          "bad_json",
+          "dyck",
+          ['{"text": "()"}', '{"text": "()"'],
+          r"data.jsonl line 2: invalid JSON",
+      ),
       ("no_text", "dyck", ['{"label": 1}'], r"line 1: .*\"text\""),
       ("not_object", "dyck", ['["()"]'], r"line 1: expected a JSON object"),
-      ("wrong_k", "khop_fixed", ['{"text": "ab", "k": 1}'],
-       r"line 1: k=1 but this model was trained for k=2"),
-      ("all_too_long", "dyck", ['{"text": "((((((((()"}'] * 2,
-       r"all 2 lines exceed .* position table \(9 tokens\)"),
+      (
+          "wrong_k",
+          "khop_fixed",
+          ['{"text": "ab", "k": 1}'],
+          r"line 1: k=1 but this model was trained for k=2",
+      ),
+      (
+          "all_too_long",
+          "dyck",
+          ['{"text": "((((((((()"}'] * 2,
+          r"all 2 lines exceed .* position table \(9 tokens\)",
+      ),
       ("empty", "dyck", ["", " "], r"no examples"),
   )
   def test_bad_data_names_the_line(self, name, lines, pattern):
@@ -245,8 +284,11 @@ class EvaluateTest(parameterized.TestCase):
     data, out = f"{self.tmp}/data.jsonl", f"{self.tmp}/report.json"
     write(data, lines)
     want = evaluate.evaluate_jsonl(self.workdirs["dyck"], data)
-    args = [f"--workdir={self.workdirs['dyck']}", f"--data={data}",
-            f"--out={out}"]
+    args = [
+        f"--workdir={self.workdirs['dyck']}",
+        f"--data={data}",
+        f"--out={out}",
+    ]
     proc = run_cli("launch.evaluate", *args)
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn(f"accuracy {want['accuracy']:.4f}", proc.stdout)
@@ -254,9 +296,12 @@ class EvaluateTest(parameterized.TestCase):
     skipped = [l for l in proc.stderr.splitlines() if "skipped" in l]
     self.assertLen(skipped, len(too_long), proc.stderr)
     for line, number in zip(skipped, too_long):
-      self.assertRegex(line, rf"data.jsonl line {number}: \d+ characters "
-                       r"\(\d+ tokens\) exceed the model's position table "
-                       r"\(9 tokens\); skipped$")
+      self.assertRegex(
+          line,
+          rf"data.jsonl line {number}: \d+ characters "
+          r"\(\d+ tokens\) exceed the model's position table "
+          r"\(9 tokens\); skipped$",
+      )
     with open(out) as f:
       self.assertEqual(json.load(f)["num_examples"], len(examples))
 
@@ -277,6 +322,7 @@ class EvaluateTest(parameterized.TestCase):
     line = cli_helpers.assert_one_line_error(self, proc, pattern)
     return line
 
+
 class OutputPathTest(absltest.TestCase):
   """Bad --out paths fail before any model is loaded (no trained model here)."""
 
@@ -286,9 +332,11 @@ class OutputPathTest(absltest.TestCase):
     write(data, ['{"text": "()"}'])
     with open(f"{tmp}/afile", "w") as f:
       f.write("kept")
-    for out, pattern in ((tmp, r"is a folder; name a file"),
-                         (f"{tmp}/afile/r.json", r"afile is a file, so"),
-                         (data, r"d.jsonl is also an input")):
+    for out, pattern in (
+        (tmp, r"is a folder; name a file"),
+        (f"{tmp}/afile/r.json", r"afile is a file, so"),
+        (data, r"d.jsonl is also an input"),
+    ):
       with self.assertRaisesRegex(UserError, pattern):
         evaluate.evaluate_jsonl(f"{tmp}/not_loaded", data, out, overwrite=True)
     with open(data) as f:

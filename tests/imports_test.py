@@ -37,15 +37,20 @@ def package_files(package):
 
 class ImportsTest(parameterized.TestCase):
 
-  @parameterized.parameters(("ut.core", "ut.cpu"), ("ut.core", "ut.training"),
-                            ("ut.cpu", "ut.training"))
+  @parameterized.parameters(
+      ("ut.core", "ut.cpu"),
+      ("ut.core", "ut.training"),
+      ("ut.cpu", "ut.training"),
+  )
   def test_package_never_imports(self, package, forbidden):
     files = list(package_files(package))
     self.assertNotEmpty(files)
     for path in files:
       for name, _ in imports(os.path.join(ROOT, path)):
-        self.assertFalse(name == forbidden or name.startswith(forbidden + "."),
-                         f"{path} imports {name}")
+        self.assertFalse(
+            name == forbidden or name.startswith(forbidden + "."),
+            f"{path} imports {name}",
+        )
 
   @parameterized.parameters("ut.core", "ut.cpu", "ut.training")
   def test_ut_imports_are_at_module_level(self, package):

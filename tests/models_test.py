@@ -35,11 +35,14 @@ B, T = 3, 6
 VOCAB, MAX_LEN, CLASSES = 5, 7, 3
 # One model width M = 52 for every kind (sparse: m = 13 d at H = L = 2, d = 4),
 # so that init's random draws share their compiled shapes across kinds.
-SIZES = dict(num_heads=2, num_layers=2, width=4, m=52, head_width=8,
-             mlp_ratio=2)
+SIZES = dict(
+    num_heads=2, num_layers=2, width=4, m=52, head_width=8, mlp_ratio=2
+)
 SIZES_TRAINED = dict(SIZES, width=52)  # d for the trained kind.
-COMBOS = [dict(testcase_name=f"{kind}_{variant}", kind=kind, variant=variant)
-          for kind, variant in itertools.product(models.KINDS, models.VARIANTS)]
+COMBOS = [
+    dict(testcase_name=f"{kind}_{variant}", kind=kind, variant=variant)
+    for kind, variant in itertools.product(models.KINDS, models.VARIANTS)
+]
 
 
 F64_TOL = 1e-9  # float64: both implementations compute the reference's values.
@@ -47,8 +50,9 @@ F64_TOL = 1e-9  # float64: both implementations compute the reference's values.
 
 def make_spec(kind, variant, **overrides):
   sizes = SIZES_TRAINED if kind == "trained" else SIZES
-  kw = dict(sizes, vocab_size=VOCAB, max_len=MAX_LEN, num_classes=CLASSES,
-            causal=True)
+  kw = dict(
+      sizes, vocab_size=VOCAB, max_len=MAX_LEN, num_classes=CLASSES, causal=True
+  )
   kw.update(overrides)
   return models.ModelSpec(kind=kind, variant=variant, **kw)
 
@@ -67,14 +71,23 @@ def assert_impls_match_reference(spec, seed):
     want = np_model(p64, spec, tokens)
     _, want_grads = logits_and_grads(reference_apply, p64, spec, tokens)
     for impl in ("reference", "xla_cpu"):
-      got, grads = logits_and_grads(models.apply, p64,
-                                    dataclasses.replace(spec, impl=impl), tokens)
-      np.testing.assert_allclose(got, want, atol=F64_TOL, rtol=F64_TOL,
-                                 err_msg=impl)
-      for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(grads),
-                              jax.tree.leaves(want_grads)):
-        np.testing.assert_allclose(g, w, atol=F64_TOL, rtol=F64_TOL,
-                                   err_msg=f"{impl} {jax.tree_util.keystr(path)}")
+      got, grads = logits_and_grads(
+          models.apply, p64, dataclasses.replace(spec, impl=impl), tokens
+      )
+      np.testing.assert_allclose(
+          got, want, atol=F64_TOL, rtol=F64_TOL, err_msg=impl
+      )
+      for (path, g), w in zip(
+          jax.tree_util.tree_leaves_with_path(grads),
+          jax.tree.leaves(want_grads),
+      ):
+        np.testing.assert_allclose(
+            g,
+            w,
+            atol=F64_TOL,
+            rtol=F64_TOL,
+            err_msg=f"{impl} {jax.tree_util.keystr(path)}",
+        )
 
 
 @functools.partial(jax.jit, static_argnums=(0, 2))
@@ -115,7 +128,7 @@ def np_layer_norm(z, eps=1e-5, xp=np):
 
 
 def np_gelu(x, xp=np):  # The tanh approximation (jax.nn.gelu's default).
-  return 0.5 * x * (1 + xp.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+  return 0.5 * x * (1 + xp.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def np_attention(x_TxM, wq_HxMxK, wk_HxMxK, wv_HxMxV, wo_HxVxM, causal, xp=np):
@@ -148,10 +161,11 @@ def np_example(p, spec, tok_T, xp=np):
     lp = layers["wq"].shape[0]
     weights = lambda l: tuple(
         layers[k][l if lp > 1 else 0] if k in layers else None
-        for k in ("wq", "wk", "wv", "wo"))
+        for k in ("wq", "wk", "wv", "wo")
+    )
   ln = spec.variant != "attn"
   norm = lambda z: np_layer_norm(z, xp=xp) if ln else z
-  z = p["embed"]["token"][tok_T] + p["embed"]["position"][:tok_T.shape[0]]
+  z = p["embed"]["token"][tok_T] + p["embed"]["position"][: tok_T.shape[0]]
   for l in range(spec.num_layers):
     a = np_attention(norm(z), *weights(l), spec.causal, xp)
     z = z + a if ln else a
@@ -192,7 +206,9 @@ class ModelsTest(chex.TestCase):
     chex.assert_tree_all_finite(logits)
     chex.assert_tree_all_finite(params)
     self.assertEqual(params["embed"]["token"].shape, (VOCAB, spec.model_width))
-    self.assertEqual(params["embed"]["position"].shape, (MAX_LEN, spec.model_width))
+    self.assertEqual(
+        params["embed"]["position"].shape, (MAX_LEN, spec.model_width)
+    )
     self.assertEqual(params["unembed"].shape, (spec.model_width, CLASSES))
     self.assertEqual("mlp" in params, variant == "res_ln_mlp")
     self.assertEqual("layers" in params, kind != "sparse")
@@ -212,17 +228,27 @@ class ModelsTest(chex.TestCase):
       if kind == "trained":
         want = "train"
       else:
-        want = "train" if name.startswith("embed/") or name == "unembed" else "frozen"
+        want = (
+            "train"
+            if name.startswith("embed/") or name == "unembed"
+            else "frozen"
+        )
       self.assertEqual(label, want, name)
     names = {"/".join(str(k.key) for k in path) for path, _ in flat}
-    self.assertContainsSubset({"embed/token", "embed/position", "unembed"}, names)
-    if kind != "trained":  # A UT has frozen leaves exactly where it has weights.
+    self.assertContainsSubset(
+        {"embed/token", "embed/position", "unembed"}, names
+    )
+    if (
+        kind != "trained"
+    ):  # A UT has frozen leaves exactly where it has weights.
       has_frozen = "frozen" in jax.tree.leaves(labels)
       self.assertEqual(has_frozen, kind == "random" or variant == "res_ln_mlp")
 
   @parameterized.named_parameters(
       dict(c, testcase_name=f"{c['testcase_name']}_{impl}", impl=impl)
-      for c in COMBOS for impl in ("reference", "xla_cpu"))
+      for c in COMBOS
+      for impl in ("reference", "xla_cpu")
+  )
   def test_apply_matches_numpy_reference(self, kind, variant, impl):
     spec = make_spec(kind, variant, impl=impl)
     params, tokens = make_inputs(make_spec(kind, variant))
@@ -231,24 +257,41 @@ class ModelsTest(chex.TestCase):
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
   @parameterized.product(
-      shape=[(1, 2, 3, True), (3, 2, 2, False), (2, 3, 2, True),
-             (2, 1, 3, False)],
-      variant=models.VARIANTS)
-  def test_sparse_every_impl_and_gradient_matches_reference(self, shape,
-                                                            variant):
+      shape=[
+          (1, 2, 3, True),
+          (3, 2, 2, False),
+          (2, 3, 2, True),
+          (2, 1, 3, False),
+      ],
+      variant=models.VARIANTS,
+  )
+  def test_sparse_every_impl_and_gradient_matches_reference(
+      self, shape, variant
+  ):
     """Both sparse forwards (route_layer; per-level with folded LayerNorm) and
     their gradients against the dense {0,1} reference, beyond H = L = 2."""
     h, num_layers, d, causal = shape
-    spec = make_spec("sparse", variant, num_heads=h, num_layers=num_layers,
-                     width=d, causal=causal)
+    spec = make_spec(
+        "sparse",
+        variant,
+        num_heads=h,
+        num_layers=num_layers,
+        width=d,
+        causal=causal,
+    )
     assert_impls_match_reference(spec, seed=1)
 
-  @parameterized.product(variant=models.VARIANTS,
-                         layers=[dict(shared=False, num_layers=1),
-                                 dict(shared=False, num_layers=3),
-                                 dict(shared=True, num_layers=3)])
-  def test_random_every_impl_and_gradient_matches_reference(self, variant,
-                                                            layers):
+  @parameterized.product(
+      variant=models.VARIANTS,
+      layers=[
+          dict(shared=False, num_layers=1),
+          dict(shared=False, num_layers=3),
+          dict(shared=True, num_layers=3),
+      ],
+  )
+  def test_random_every_impl_and_gradient_matches_reference(
+      self, variant, layers
+  ):
     """Both random-UT forwards (xla_cpu: the first layer from its tables) and
     their gradients against the reference."""
     assert_impls_match_reference(make_spec("random", variant, **layers), seed=4)
@@ -276,10 +319,13 @@ class ModelsTest(chex.TestCase):
     drawn_tok = np.asarray(jax.random.normal(k_tok, (VOCAB, m)))
     drawn_u = np.asarray(jax.random.normal(k_u, (m, CLASSES))) / np.sqrt(m)
     k1, _ = jax.random.split(jax.random.PRNGKey(spec.ut_seed + 1))
-    drawn_w1 = np.asarray(jax.random.normal(
-        k1, (num_layers, m, spec.mlp_hidden_width))) / np.sqrt(m)
+    drawn_w1 = np.asarray(
+        jax.random.normal(k1, (num_layers, m, spec.mlp_hidden_width))
+    ) / np.sqrt(m)
 
-    def drawn_block(name):  # Level j: (s, every string), then (q h, every string).
+    def drawn_block(
+        name,
+    ):  # Level j: (s, every string), then (q h, every string).
       j = len(name[-1])
       level = sum((1 + h) * h**i for i in range(j))
       role = 0 if name[0] == "s" else 1 + name[1]
@@ -287,24 +333,36 @@ class ModelsTest(chex.TestCase):
       return level + role * h**j + string
 
     for i, name in enumerate(sparse.block_names(h, num_layers)):
-      new, old = slice(i * d, (i + 1) * d), slice(drawn_block(name) * d,
-                                                  (drawn_block(name) + 1) * d)
-      np.testing.assert_array_equal(params["embed"]["token"][:, new],
-                                    drawn_tok[:, old], err_msg=str(name))
-      np.testing.assert_allclose(params["unembed"][new], drawn_u[old],
-                                 rtol=1e-6, err_msg=str(name))
-      np.testing.assert_allclose(params["mlp"]["w1"][:, new], drawn_w1[:, old],
-                                 rtol=1e-6, err_msg=str(name))
+      new, old = slice(i * d, (i + 1) * d), slice(
+          drawn_block(name) * d, (drawn_block(name) + 1) * d
+      )
+      np.testing.assert_array_equal(
+          params["embed"]["token"][:, new], drawn_tok[:, old], err_msg=str(name)
+      )
+      np.testing.assert_allclose(
+          params["unembed"][new], drawn_u[old], rtol=1e-6, err_msg=str(name)
+      )
+      np.testing.assert_allclose(
+          params["mlp"]["w1"][:, new],
+          drawn_w1[:, old],
+          rtol=1e-6,
+          err_msg=str(name),
+      )
 
   @parameterized.parameters("sparse", "random", "trained")
   def test_mlp_width_sets_hidden_width_and_matches_reference(self, kind):
     """mlp_width = F overrides mlp_ratio * M (the reference reads F off w1)."""
     spec = make_spec(kind, "res_ln_mlp", mlp_width=3)
     params, tokens = make_inputs(spec, seed=3)
-    self.assertEqual(params["mlp"]["w1"].shape,
-                     (spec.num_layers, spec.model_width, 3))
-    np.testing.assert_allclose(np.asarray(apply(params, spec, tokens)),
-                               np_model(params, spec, tokens), atol=1e-4, rtol=1e-4)
+    self.assertEqual(
+        params["mlp"]["w1"].shape, (spec.num_layers, spec.model_width, 3)
+    )
+    np.testing.assert_allclose(
+        np.asarray(apply(params, spec, tokens)),
+        np_model(params, spec, tokens),
+        atol=1e-4,
+        rtol=1e-4,
+    )
 
   def test_trained_attn_matches_plain_transformer(self):
     """The attention-only trained model written out with no helper at all."""
@@ -314,12 +372,16 @@ class ModelsTest(chex.TestCase):
     w = p["layers"]
     want = []
     for tok in np.asarray(tokens):
-      x = p["embed"]["token"][tok] + p["embed"]["position"][:len(tok)]
+      x = p["embed"]["token"][tok] + p["embed"]["position"][: len(tok)]
       n = len(tok)
       for l in range(spec.num_layers):
         new = np.zeros_like(x)
         for h in range(spec.num_heads):
-          s = (x @ w["wq"][l, h]) @ (x @ w["wk"][l, h]).T / np.sqrt(spec.head_width)
+          s = (
+              (x @ w["wq"][l, h])
+              @ (x @ w["wk"][l, h]).T
+              / np.sqrt(spec.head_width)
+          )
           s = np.where(np.tril(np.ones((n, n))) > 0, s, -np.inf)
           a = np.exp(s - s.max(-1, keepdims=True))
           a = a / a.sum(-1, keepdims=True)
@@ -327,17 +389,21 @@ class ModelsTest(chex.TestCase):
         x = new
       want.append(x @ p["unembed"])
     got = apply(params, spec, tokens)
-    np.testing.assert_allclose(np.asarray(got), np.stack(want), atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(got), np.stack(want), atol=1e-5, rtol=1e-4
+    )
 
-  @parameterized.product(kind=("sparse", "random", "trained"),
-                         impl=("reference", "xla_cpu"))
+  @parameterized.product(
+      kind=("sparse", "random", "trained"), impl=("reference", "xla_cpu")
+  )
   def test_precision_reaches_every_matmul(self, kind, impl):
     # On TPU/GPU a dot without it would round to bfloat16/TF32.
     spec = make_spec(kind, "res_ln_mlp", impl=impl)
     params, tokens = make_inputs(make_spec(kind, "res_ln_mlp"))
     highest = jax.lax.Precision.HIGHEST
-    jaxpr = jax.make_jaxpr(lambda p: models.apply(
-        p, spec, tokens, precision=highest))(params)
+    jaxpr = jax.make_jaxpr(
+        lambda p: models.apply(p, spec, tokens, precision=highest)
+    )(params)
 
     def dots(jaxpr):
       for e in jaxpr.eqns:
@@ -366,7 +432,9 @@ class ModelsTest(chex.TestCase):
       got = scaled
       for p in path:
         got = got[p.key]
-      want = np.float32(0.1) * np.asarray(leaf) if path[0].key == "embed" else leaf
+      want = (
+          np.float32(0.1) * np.asarray(leaf) if path[0].key == "embed" else leaf
+      )
       np.testing.assert_array_equal(got, want, err_msg=str(path))
 
   @parameterized.named_parameters(
@@ -421,9 +489,14 @@ class SparseRouteLayerTest(chex.TestCase):
     dense = sparse.to_dense(ut, np.float64)
     rng = np.random.default_rng(num_heads * 100 + num_layers * 10 + d)
     z = rng.standard_normal((2, 5, ut.m))
-    want = np.stack([
-        np_attention(zb, dense["wq"][0], dense["wk"][0], dense["wv"][0], None,
-                     causal) for zb in z])
+    want = np.stack(
+        [
+            np_attention(
+                zb, dense["wq"][0], dense["wk"][0], dense["wv"][0], None, causal
+            )
+            for zb in z
+        ]
+    )
     route = self.variant(functools.partial(sparse.route_layer, causal=causal))
     got = route(ut, jnp.asarray(z, jnp.float32))
     chex.assert_shape(got, z.shape)

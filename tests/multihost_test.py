@@ -30,8 +30,14 @@ CONFIG = os.path.join(ROOT, "tests", "sweep_config.py") + ":hosts"
 STALL = 150
 LIMIT = 600  # Seconds for all processes of one sweep, hung or not.
 # What each run's record must reproduce exactly.
-RUN_KEYS = ("step", "eval_accuracy", "eval_loss", "final_train_loss",
-            "param_checksum", "diverged")
+RUN_KEYS = (
+    "step",
+    "eval_accuracy",
+    "eval_loss",
+    "final_train_loss",
+    "param_checksum",
+    "diverged",
+)
 
 
 def free_port():
@@ -41,26 +47,41 @@ def free_port():
 
 
 def sweep_command(workdir, *flags):
-  return [sys.executable, "-m", "launch.sweep", f"--config={CONFIG}",
-          f"--workdir={workdir}", *flags]
+  return [
+      sys.executable,
+      "-m",
+      "launch.sweep",
+      f"--config={CONFIG}",
+      f"--workdir={workdir}",
+      *flags,
+  ]
 
 
 def run_all(commands, logs, devices):
   """Runs the commands side by side, each with `devices` CPU devices, and
   returns their exit codes; raises TimeoutError (killing them all) once their
   logs stay silent for STALL seconds, or after LIMIT."""
-  env = dict(os.environ,
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
-             JAX_PLATFORMS="cpu")
+  env = dict(
+      os.environ,
+      XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+      JAX_CPU_COLLECTIVES_IMPLEMENTATION="gloo",
+      JAX_PLATFORMS="cpu",
+  )
   procs = []
   try:
     for command, log in zip(commands, logs):
       with open(log, "w") as f:
         # A session of its own: a kill reaches the process and its children.
-        procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=f,
-                                      stderr=subprocess.STDOUT,
-                                      start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
     start = last = time.time()
     sizes = None
     while any(p.poll() is None for p in procs):
@@ -68,8 +89,9 @@ def run_all(commands, logs, devices):
       if sizes != (sizes := [os.path.getsize(log) for log in logs]):
         last = now
       if now - last > STALL or now - start > LIMIT:
-        raise TimeoutError(f"no output for {now - last:.0f} s, "
-                           f"{now - start:.0f} s in all")
+        raise TimeoutError(
+            f"no output for {now - last:.0f} s, " f"{now - start:.0f} s in all"
+        )
       time.sleep(0.5)
     return [p.returncode for p in procs]
   finally:
@@ -85,8 +107,11 @@ def read_json(path):
 
 
 def files_under(folder):
-  return sorted(os.path.relpath(os.path.join(d, f), folder)
-                for d, _, files in os.walk(folder) for f in files)
+  return sorted(
+      os.path.relpath(os.path.join(d, f), folder)
+      for d, _, files in os.walk(folder)
+      for f in files
+  )
 
 
 @pytest.mark.slow
@@ -97,10 +122,16 @@ class MultiHostTest(absltest.TestCase):
     workdirs = [os.path.join(tmp, f"process_{i}") for i in range(2)]
     logs = [os.path.join(tmp, f"process_{i}.log") for i in range(2)]
     port = free_port()
-    commands = [sweep_command(workdirs[i], "--distributed",
-                              f"--coordinator_address=127.0.0.1:{port}",
-                              "--num_processes=2", f"--process_id={i}")
-                for i in range(2)]
+    commands = [
+        sweep_command(
+            workdirs[i],
+            "--distributed",
+            f"--coordinator_address=127.0.0.1:{port}",
+            "--num_processes=2",
+            f"--process_id={i}",
+        )
+        for i in range(2)
+    ]
     try:
       codes = run_all(commands, logs, devices=2)
     except TimeoutError as e:
@@ -111,36 +142,51 @@ class MultiHostTest(absltest.TestCase):
 
     one = os.path.join(tmp, "one_process")
     log = os.path.join(tmp, "one_process.log")
-    self.assertEqual(run_all([sweep_command(one)], [log], devices=4), [0],
-                     _tails([log]))
+    self.assertEqual(
+        run_all([sweep_command(one)], [log], devices=4), [0], _tails([log])
+    )
 
     # Only process 0 wrote files.
     self.assertFalse(os.path.exists(workdirs[1]), files_under(tmp))
     runs = [name for name, _ in sweep.collect_runs(sweep_config, "hosts")]
     self.assertLen(runs, 5)
-    written = [f for f in files_under(workdirs[0])
-               if not f.startswith("jax_cache/")]
+    written = [
+        f for f in files_under(workdirs[0]) if not f.startswith("jax_cache/")
+    ]
     self.assertCountEqual(
-        written, [f"runs/{n}/metrics.json" for n in runs]
-        + ["table.csv", "table.json", "table.md"])
+        written,
+        [f"runs/{n}/metrics.json" for n in runs]
+        + ["table.csv", "table.json", "table.md"],
+    )
 
     # The same table, and the same record of every run, as one process gives.
-    got, want = (read_json(os.path.join(w, "table.json"))
-                 for w in (workdirs[0], one))
+    got, want = (
+        read_json(os.path.join(w, "table.json")) for w in (workdirs[0], one)
+    )
     self.assertLen(want["rows"], 3)  # random at 2 lrs (one diverges), trained.
     self.assertEqual(got["missing_runs"], [])
     np.testing.assert_equal(got["rows"], want["rows"])
-    with open(os.path.join(workdirs[0], "table.md")) as f, \
-        open(os.path.join(one, "table.md")) as g:
+    with (
+        open(os.path.join(workdirs[0], "table.md")) as f,
+        open(os.path.join(one, "table.md")) as g,
+    ):
       self.assertEqual(f.read(), g.read())
     for name in runs:
-      got, want = (read_json(os.path.join(w, "runs", name, "metrics.json"))
-                   for w in (workdirs[0], one))
-      np.testing.assert_equal({k: got.get(k) for k in RUN_KEYS},
-                              {k: want.get(k) for k in RUN_KEYS}, err_msg=name)
+      got, want = (
+          read_json(os.path.join(w, "runs", name, "metrics.json"))
+          for w in (workdirs[0], one)
+      )
+      np.testing.assert_equal(
+          {k: got.get(k) for k in RUN_KEYS},
+          {k: want.get(k) for k in RUN_KEYS},
+          err_msg=name,
+      )
       self.assertEqual(got["config"], want["config"])
-    diverged = [n for n in runs if "diverged" in read_json(
-        os.path.join(one, "runs", n, "metrics.json"))]
+    diverged = [
+        n
+        for n in runs
+        if "diverged" in read_json(os.path.join(one, "runs", n, "metrics.json"))
+    ]
     self.assertEqual(diverged, [runs[2]])  # The one with lr 1e30.
 
 

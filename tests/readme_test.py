@@ -51,21 +51,32 @@ class ReadmeTest(absltest.TestCase):
   def test_tables_are_fresh(self):
     names = readme.documents()
     self.assertContainsSubset(
-        ["README.md", "docs/design.md", "docs/results.md", "docs/performance.md"],
-        names)
+        [
+            "README.md",
+            "docs/design.md",
+            "docs/results.md",
+            "docs/performance.md",
+        ],
+        names,
+    )
     self.assertIn("<!-- include: results/dyck/paper.md -->", _read("README.md"))
     for name in names:
       text = _read(name)
-      self.assertEqual(readme.render(text), text,
-                       f"{name}: tables differ from results/: run python -m launch.readme")
+      self.assertEqual(
+          readme.render(text),
+          text,
+          f"{name}: tables differ from results/: run python -m launch.readme",
+      )
 
   def test_render_includes_file_verbatim(self):
     tmp = self.create_tempdir()
     tmp.create_file("r/t.md", content="| a |\n|---|\n| 0.125 |\n")
     text = "x\n<!-- include: r/t.md -->\nold\n<!-- end include -->\ny\n"
-    self.assertEqual(readme.render(text, root=tmp.full_path),
-                     "x\n<!-- include: r/t.md -->\n```\n| a |\n|---|\n| 0.125 |\n"
-                     "```\n<!-- end include -->\ny\n")
+    self.assertEqual(
+        readme.render(text, root=tmp.full_path),
+        "x\n<!-- include: r/t.md -->\n```\n| a |\n|---|\n| 0.125 |\n"
+        "```\n<!-- end include -->\ny\n",
+    )
 
   def test_documents_are_the_readme_and_docs(self):
     tmp = self.create_tempdir()
@@ -73,27 +84,44 @@ class ReadmeTest(absltest.TestCase):
     tmp.create_file("docs/b.md")
     tmp.create_file("docs/a.md")
     tmp.create_file("docs/notes.txt")
-    self.assertEqual(readme.documents(tmp.full_path),
-                     ["README.md", "docs/a.md", "docs/b.md"])
+    self.assertEqual(
+        readme.documents(tmp.full_path), ["README.md", "docs/a.md", "docs/b.md"]
+    )
 
   def test_readme_is_short_and_starts_with_its_two_commands(self):
     lines = _read("README.md").splitlines()
-    self.assertLessEqual(len(lines), MAX_README_LINES,
-                         "the README is read, not searched (STYLE 17): move "
-                         "history and notes to docs/")
+    self.assertLessEqual(
+        len(lines),
+        MAX_README_LINES,
+        "the README is read, not searched (STYLE 17): move "
+        "history and notes to docs/",
+    )
     self.assertTrue(lines[0].startswith("# "), lines[0])
     self.assertEqual(lines[1], "")
     end = lines.index("```", 3)
-    self.assertEqual((lines[2], end), ("```", 5),
-                     "the README opens with a block of exactly two commands")
+    self.assertEqual(
+        (lines[2], end),
+        ("```", 5),
+        "the README opens with a block of exactly two commands",
+    )
     install_and_run, test = lines[3], lines[4]
-    self.assertRegex(install_and_run,
-                     r"pip install -e \. && python -m launch\.simulate --config=configs/simulate\.py$")
-    self.assertRegex(test, r"pip install -e '\.\[test\]' && python -m pytest .*tests$")
-    self.assertNotRegex(test, r" -m ['\"]?not slow| -k ",
-                        "the README's test command runs the whole suite")
-    self.assertIn('python -m pytest -q -n 2 -m "not slow" tests', "\n".join(lines[5:12]),
-                  "the fast command follows the two commands")
+    self.assertRegex(
+        install_and_run,
+        r"pip install -e \. && python -m launch\.simulate --config=configs/simulate\.py$",
+    )
+    self.assertRegex(
+        test, r"pip install -e '\.\[test\]' && python -m pytest .*tests$"
+    )
+    self.assertNotRegex(
+        test,
+        r" -m ['\"]?not slow| -k ",
+        "the README's test command runs the whole suite",
+    )
+    self.assertIn(
+        'python -m pytest -q -n 2 -m "not slow" tests',
+        "\n".join(lines[5:12]),
+        "the fast command follows the two commands",
+    )
 
   def test_readme_links_resolve(self):
     for target in re.findall(r"\]\(([^)#]+)\)", _read("README.md")):
@@ -120,11 +148,16 @@ class ReadmeTest(absltest.TestCase):
 
   def test_design_citations_resolve(self):
     sections = {int(n) for n in SECTION.findall(_read("docs/design.md"))}
-    self.assertEqual(sections, set(range(1, max(sections) + 1)),
-                     "docs/design.md numbers its sections 1..n")
+    self.assertEqual(
+        sections,
+        set(range(1, max(sections) + 1)),
+        "docs/design.md numbers its sections 1..n",
+    )
     cited = {}
     for folder in CITING_FOLDERS:
-      for path in glob.glob(os.path.join(ROOT, folder, "**", "*.*"), recursive=True):
+      for path in glob.glob(
+          os.path.join(ROOT, folder, "**", "*.*"), recursive=True
+      ):
         if path.endswith((".py", ".ipynb", ".md")):
           with open(path) as f:
             for n in cited_sections(f.read()):
@@ -134,12 +167,20 @@ class ReadmeTest(absltest.TestCase):
       cited_in_docs |= cited_sections(_read(name))
     self.assertContainsSubset({1, 2, 3, 4, 5, 6, 7}, set(cited))
     for n in set(cited) | cited_in_docs:
-      self.assertIn(n, sections, f"DESIGN §{n} (cited in {cited.get(n, 'docs')}) "
-                    "is not a section of docs/design.md")
+      self.assertIn(
+          n,
+          sections,
+          f"DESIGN §{n} (cited in {cited.get(n, 'docs')}) "
+          "is not a section of docs/design.md",
+      )
 
   def test_cited_sections_parses_the_forms_in_use(self):
-    self.assertEqual(cited_sections("(DESIGN §2-4, §6) and DESIGN §7."), {2, 3, 4, 6, 7})
-    self.assertEqual(cited_sections("DESIGN.md §1-5; DESIGN §4, §5"), {1, 2, 3, 4, 5})
+    self.assertEqual(
+        cited_sections("(DESIGN §2-4, §6) and DESIGN §7."), {2, 3, 4, 6, 7}
+    )
+    self.assertEqual(
+        cited_sections("DESIGN.md §1-5; DESIGN §4, §5"), {1, 2, 3, 4, 5}
+    )
     self.assertEqual(cited_sections("DESIGN says about 93%"), set())
 
 

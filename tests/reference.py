@@ -18,7 +18,9 @@ def target_forward(w, x, *, causal, residual):
 
   x: (B, n, d). Returns (B, n, d_out) in float64.
   """
-  wq, wk, wv, wo = (np.asarray(w[k], np.float64) for k in ("wq", "wk", "wv", "wo"))
+  wq, wk, wv, wo = (
+      np.asarray(w[k], np.float64) for k in ("wq", "wk", "wv", "wo")
+  )
   wu = np.asarray(w["wu"], np.float64) if "wu" in w else np.eye(wq.shape[2])
   num_layers, num_heads, _, k = wq.shape
   outs = []
@@ -36,8 +38,17 @@ def target_forward(w, x, *, causal, residual):
   return np.stack(outs)
 
 
-def random_target(rng, *, num_heads, num_layers, width, head_width=None,
-                  value_width=None, out_width=None, looped=False):
+def random_target(
+    rng,
+    *,
+    num_heads,
+    num_layers,
+    width,
+    head_width=None,
+    value_width=None,
+    out_width=None,
+    looped=False,
+):
   """Gaussian weights drawn with numpy (independent of ut.core.targets.init)."""
   d = width
   k = head_width or d

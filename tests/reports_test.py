@@ -6,8 +6,8 @@ import subprocess
 from absl.testing import absltest
 import pytest
 
-from ut.io import reports
 from ut.errors import UserError
+from ut.io import reports
 
 
 class WriteTest(absltest.TestCase):
@@ -33,8 +33,9 @@ class GitCommitTest(absltest.TestCase):
 
   def test_regenerated_results_are_not_dirty_code_is(self):
     repo = self.create_tempdir().full_path
-    git = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True,
-                                    capture_output=True)
+    git = lambda *a: subprocess.run(
+        ["git", *a], cwd=repo, check=True, capture_output=True
+    )
     git("init", "-q")
     os.makedirs(os.path.join(repo, "results", "t"))
     os.makedirs(os.path.join(repo, "ut"))
@@ -61,7 +62,9 @@ class CheckOutputTest(absltest.TestCase):
     path = os.path.join(tmp, "sub", "r.json")
     reports.check_output(path, False, "--overwrite")  # New, under a new folder.
     reports.write_text(path, "x")
-    with self.assertRaisesRegex(UserError, r"r.json already exists; pass --overwrite"):
+    with self.assertRaisesRegex(
+        UserError, r"r.json already exists; pass --overwrite"
+    ):
       reports.check_output(path, False, "--overwrite")
     reports.check_output(path, True, "--overwrite")
 

@@ -20,14 +20,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def reproduce_argv(workdir, profile="quick"):
-  return [sys.executable, "-m", "launch.reproduce",
-          f"--config={os.path.join(ROOT, 'configs', 'reproduce.py')}:{profile}",
-          f"--workdir={workdir}"]
+  return [
+      sys.executable,
+      "-m",
+      "launch.reproduce",
+      f"--config={os.path.join(ROOT, 'configs', 'reproduce.py')}:{profile}",
+      f"--workdir={workdir}",
+  ]
 
 
 def reproduce(workdir, profile="quick"):
-  return subprocess.run(reproduce_argv(workdir, profile), cwd=ROOT,
-                        capture_output=True, text=True, timeout=900, check=False)
+  return subprocess.run(
+      reproduce_argv(workdir, profile),
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=900,
+      check=False,
+  )
 
 
 def pids_with_arg(arg):
@@ -53,30 +63,42 @@ class ReproduceTest(absltest.TestCase):
     with open(os.path.join(tmp, "reproduce.json")) as f:
       report = json.load(f)
     steps = reproduce_config.get_config("quick").steps
-    self.assertEqual([s["name"] for s in report["steps"]], [s.name for s in steps])
+    self.assertEqual(
+        [s["name"] for s in report["steps"]], [s.name for s in steps]
+    )
     self.assertTrue(report["complete"])
-    self.assertTrue(all(s["finished"] and s["seconds"] > 0 for s in report["steps"]))
+    self.assertTrue(
+        all(s["finished"] and s["seconds"] > 0 for s in report["steps"])
+    )
     # The machine's speed is recorded beside each step's time.
     self.assertTrue(all(s["dot_gflops"] > 0 for s in report["steps"]))
     with open(os.path.join(tmp, "reproduce.md")) as f:
       self.assertIn("dot_gflops", f.readline())
-    for name in ("simulate/simulate_table.json", "threshold/threshold.png",
-                 "compiled_dyck/compiled_ut.json", "compiled_khop1/compiled_ut.json",
-                 "dyck/counting_baseline.md"):
+    for name in (
+        "simulate/simulate_table.json",
+        "threshold/threshold.png",
+        "compiled_dyck/compiled_ut.json",
+        "compiled_khop1/compiled_ut.json",
+        "dyck/counting_baseline.md",
+    ):
       self.assertTrue(os.path.exists(os.path.join(tmp, name)), name)
     for table in ("dyck", "khop"):
       with open(os.path.join(tmp, table, "table.json")) as f:
         got = json.load(f)
       self.assertEqual(got["missing_runs"], [])
       kinds = {r["kind"] for r in got["rows"]}
-      self.assertEqual(kinds, {"sparse", "random", "trained", "compiled_sparse",
-                               "compiled_random"}, table)
+      self.assertEqual(
+          kinds,
+          {"sparse", "random", "trained", "compiled_sparse", "compiled_random"},
+          table,
+      )
     # The record of this run is not replaced by a second one.
     with open(os.path.join(tmp, "reproduce.json"), "rb") as f:
       before = f.read()
     proc = reproduce(tmp)
-    cli_helpers.assert_one_line_error(self, proc, r"reproduce.json already exists;"
-                                      r" pass --overwrite")
+    cli_helpers.assert_one_line_error(
+        self, proc, r"reproduce.json already exists;" r" pass --overwrite"
+    )
     with open(os.path.join(tmp, "reproduce.json"), "rb") as f:
       self.assertEqual(f.read(), before)
 
@@ -105,7 +127,9 @@ class ReproduceTest(absltest.TestCase):
     # The log goes to a file: a pipe would also wait for the step's process.
     log = open(os.path.join(self.create_tempdir().full_path, "log"), "w+")
     self.addCleanup(log.close)
-    proc = subprocess.Popen(reproduce_argv(tmp), cwd=ROOT, stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        reproduce_argv(tmp), cwd=ROOT, stdout=log, stderr=log
+    )
     deadline = time.time() + 300
     while not pids_with_arg(step_arg):  # The first step's process has started.
       self.assertIsNone(proc.poll(), "reproduce ended before its first step")
@@ -135,8 +159,12 @@ class ReproduceTest(absltest.TestCase):
 class ProfileTest(absltest.TestCase):
 
   def test_unknown_profile_is_a_user_error(self):
-    cli_helpers.assert_user_error(self, r"unknown profile 'fast'; use full or "
-                                  r"quick", reproduce_config.get_config, "fast")
+    cli_helpers.assert_user_error(
+        self,
+        r"unknown profile 'fast'; use full or " r"quick",
+        reproduce_config.get_config,
+        "fast",
+    )
     self.assertEqual(reproduce_config.get_config("quick").profile, "quick")
 
 

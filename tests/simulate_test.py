@@ -19,15 +19,29 @@ from ut.core.constructions import gaussian
 from ut.core.constructions import sparse
 from ut.errors import UserError
 
-F64_ATOL = 1e-9     # Issue: float64 max abs error <= 1e-9.
-F32_RTOL = 1e-4     # Issue: float32 <= 1e-4 relative (sparse; random at 1.25 N).
+F64_ATOL = 1e-9  # Issue: float64 max abs error <= 1e-9.
+F32_RTOL = 1e-4  # Issue: float32 <= 1e-4 relative (sparse; random at 1.25 N).
 
 
-def make_target(seed, *, num_heads, num_layers, width, causal, looped, residual,
-                out_width=None):
-  w = reference.random_target(np.random.default_rng(seed), num_heads=num_heads,
-                              num_layers=num_layers, width=width, looped=looped,
-                              out_width=out_width)
+def make_target(
+    seed,
+    *,
+    num_heads,
+    num_layers,
+    width,
+    causal,
+    looped,
+    residual,
+    out_width=None,
+):
+  w = reference.random_target(
+      np.random.default_rng(seed),
+      num_heads=num_heads,
+      num_layers=num_layers,
+      width=width,
+      looped=looped,
+      out_width=out_width,
+  )
   w.setdefault("wu", np.eye(width))
   return w, targets_lib.Target(**w, causal=causal, residual=residual)
 
@@ -40,10 +54,16 @@ def build_ut(case, target, m_factor=1.0):
     if case["path"] == "dense":
       ut = sparse.to_dense(ut, np.float64)
     return ut, program
-  n = bounds.random_threshold(h, num_layers, d, residual=case["residual"],
-                              shared=case["shared"] and case["residual"])
-  ut = gaussian.make_gaussian_ut(h, num_layers, math.ceil(m_factor * n), d, seed=1,
-                                 shared=case["shared"])
+  n = bounds.random_threshold(
+      h,
+      num_layers,
+      d,
+      residual=case["residual"],
+      shared=case["shared"] and case["residual"],
+  )
+  ut = gaussian.make_gaussian_ut(
+      h, num_layers, math.ceil(m_factor * n), d, seed=1, shared=case["shared"]
+  )
   program, report = compile_lib.compile_random(ut, target)
   assert report.exact, report
   return ut, program
@@ -52,24 +72,58 @@ def build_ut(case, target, m_factor=1.0):
 class EquivalenceTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*test_cases.CASES)
-  def test_ut_matches_numpy_target(self, construction, num_heads, num_layers,
-                                   width, causal, looped, residual, path, shared):
-    case = dict(construction=construction, num_heads=num_heads,
-                num_layers=num_layers, width=width, causal=causal, looped=looped,
-                residual=residual, path=path, shared=shared)
+  def test_ut_matches_numpy_target(
+      self,
+      construction,
+      num_heads,
+      num_layers,
+      width,
+      causal,
+      looped,
+      residual,
+      path,
+      shared,
+  ):
+    case = dict(
+        construction=construction,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        width=width,
+        causal=causal,
+        looped=looped,
+        residual=residual,
+        path=path,
+        shared=shared,
+    )
     g = 3  # Targets checked at once (vmapped).
-    pairs = [make_target(100 + i, num_heads=num_heads, num_layers=num_layers,
-                         width=width, causal=causal, looped=looped,
-                         residual=residual) for i in range(g)]
+    pairs = [
+        make_target(
+            100 + i,
+            num_heads=num_heads,
+            num_layers=num_layers,
+            width=width,
+            causal=causal,
+            looped=looped,
+            residual=residual,
+        )
+        for i in range(g)
+    ]
     x = np.random.default_rng(7).standard_normal((g, 2, 5, width))
-    ref = np.stack([reference.target_forward(w, xi, causal=causal,
-                                             residual=residual)
-                    for (w, _), xi in zip(pairs, x)])
+    ref = np.stack(
+        [
+            reference.target_forward(w, xi, causal=causal, residual=residual)
+            for (w, _), xi in zip(pairs, x)
+        ]
+    )
     built = [build_ut(case, t) for _, t in pairs]
     # The same UT serves every target: only the programs differ.
     ut = built[0][0]
-    result = simulate.check(ut, simulate.stack([b[1] for b in built]),
-                            simulate.stack([t for _, t in pairs]), x)
+    result = simulate.check(
+        ut,
+        simulate.stack([b[1] for b in built]),
+        simulate.stack([t for _, t in pairs]),
+        x,
+    )
     np.testing.assert_allclose(result["reference"], ref, atol=1e-12, rtol=0)
     y64 = result["float64"]["output"]
     chex.assert_shape(y64, ref.shape)
@@ -77,10 +131,13 @@ class EquivalenceTest(parameterized.TestCase):
     self.assertLessEqual(result["float64"]["max_abs_err"], F64_ATOL)
     if construction == "random":  # float32 needs a little width above N.
       built = [build_ut(case, t, m_factor=1.25) for _, t in pairs]
-      result = simulate.check(built[0][0],
-                              simulate.stack([b[1] for b in built]),
-                              simulate.stack([t for _, t in pairs]), x,
-                              dtypes=("float32",))
+      result = simulate.check(
+          built[0][0],
+          simulate.stack([b[1] for b in built]),
+          simulate.stack([t for _, t in pairs]),
+          x,
+          dtypes=("float32",),
+      )
     y32 = result["float32"]["output"]
     self.assertEqual(y32.dtype, np.float32)
     rel = np.abs(y32 - ref).max() / np.abs(ref).max()
@@ -99,10 +156,13 @@ class StructuredPathTest(chex.TestCase):
     dense = dict(sparse.to_dense(ut, np.float64), embed=embed)
     with jax.enable_x64(True):
       structured = self.variant(
-          lambda e, x: sparse.sparse_apply(ut, e, x, causal=True,
-                                           residual=residual))(embed, x)
-      want = transformer.forward(dense, x, num_layers=num_layers, causal=True,
-                                 residual=residual)
+          lambda e, x: sparse.sparse_apply(
+              ut, e, x, causal=True, residual=residual
+          )
+      )(embed, x)
+      want = transformer.forward(
+          dense, x, num_layers=num_layers, causal=True, residual=residual
+      )
     chex.assert_trees_all_close(structured, want, atol=1e-12, rtol=1e-12)
 
   def test_dense_weights_are_01_and_shared(self):
@@ -110,7 +170,9 @@ class StructuredPathTest(chex.TestCase):
     dense = sparse.to_dense(ut)
     for name, w in dense.items():
       self.assertTrue(np.all((w == 0) | (w == 1)), name)
-    self.assertEqual(dense["wv"].shape[0], 1)  # One set of weights, every layer.
+    self.assertEqual(
+        dense["wv"].shape[0], 1
+    )  # One set of weights, every layer.
     self.assertEqual(dense["wv"].shape[-1], bounds.sparse_width(2, 3, 2))
     # Each R_V[g] is a partial permutation of blocks: at most one 1 per row/column.
     for g in range(2):
@@ -119,8 +181,10 @@ class StructuredPathTest(chex.TestCase):
 
   def test_size_formulas_take_numpy_integers_only_positive(self):
     # ModelSpec accepts numpy integers; the formulas it calls must too.
-    self.assertEqual(bounds.sparse_width(np.int64(2), np.int32(3), np.int64(2)),
-                     bounds.sparse_width(2, 3, 2))
+    self.assertEqual(
+        bounds.sparse_width(np.int64(2), np.int32(3), np.int64(2)),
+        bounds.sparse_width(2, 3, 2),
+    )
     for bad in (True, 2.0, 0):
       with self.assertRaisesRegex(UserError, "H=.* must be a positive integer"):
         bounds.sparse_width(bad, 3, 2)
@@ -130,8 +194,15 @@ class ThresholdTest(parameterized.TestCase):
 
   @parameterized.parameters((1, 2, 3), (2, 2, 2), (2, 3, 2), (3, 2, 2))
   def test_exact_at_n_not_below(self, h, num_layers, d):
-    w, target = make_target(5, num_heads=h, num_layers=num_layers, width=d,
-                            causal=True, looped=False, residual=False)
+    w, target = make_target(
+        5,
+        num_heads=h,
+        num_layers=num_layers,
+        width=d,
+        causal=True,
+        looped=False,
+        residual=False,
+    )
     x = np.random.default_rng(3).standard_normal((1, 4, 6, d))
     ref = reference.target_forward(w, x[0], causal=True, residual=False)
     n = bounds.random_threshold(h, num_layers, d)
@@ -146,15 +217,27 @@ class ThresholdTest(parameterized.TestCase):
         program, report = compile_lib.compile_random(ut, target)
         self.assertTrue(report.exact)
       self.assertEqual(report.num_conditions, n)
-      y = simulate.check(ut, simulate.stack([program]), simulate.stack([target]),
-                         x, dtypes=("float64",))["float64"]["output"][0]
+      y = simulate.check(
+          ut,
+          simulate.stack([program]),
+          simulate.stack([target]),
+          x,
+          dtypes=("float64",),
+      )["float64"]["output"][0]
       errs[m] = np.abs(y - ref).max()
     self.assertLess(errs[n], 1e-9)
     self.assertGreater(errs[n - 1], 1e-3)  # Clearly not a simulation.
 
   def test_search_finds_n(self):
-    _, target = make_target(9, num_heads=2, num_layers=2, width=2, causal=True,
-                            looped=False, residual=False)
+    _, target = make_target(
+        9,
+        num_heads=2,
+        num_layers=2,
+        width=2,
+        causal=True,
+        looped=False,
+        residual=False,
+    )
     m, probes = compile_lib.smallest_exact_width(target, seed=0)
     self.assertEqual(m, bounds.random_threshold(2, 2, 2))
     self.assertGreater(probes, 1)
@@ -164,23 +247,45 @@ class TargetApplyTest(parameterized.TestCase):
 
   @parameterized.parameters((True, False), (False, True))
   def test_target_apply_matches_reference(self, causal, residual):
-    w, target = make_target(2, num_heads=2, num_layers=2, width=4, causal=causal,
-                            looped=False, residual=residual, out_width=3)
+    w, target = make_target(
+        2,
+        num_heads=2,
+        num_layers=2,
+        width=4,
+        causal=causal,
+        looped=False,
+        residual=residual,
+        out_width=3,
+    )
     # Non-square heads: k != kv != d.
     rng = np.random.default_rng(4)
-    w.update(wq=rng.standard_normal((2, 2, 4, 5)), wk=rng.standard_normal((2, 2, 4, 5)),
-             wv=rng.standard_normal((2, 2, 4, 3)), wo=rng.standard_normal((2, 2, 3, 4)))
+    w.update(
+        wq=rng.standard_normal((2, 2, 4, 5)),
+        wk=rng.standard_normal((2, 2, 4, 5)),
+        wv=rng.standard_normal((2, 2, 4, 3)),
+        wo=rng.standard_normal((2, 2, 3, 4)),
+    )
     target = targets_lib.Target(**w, causal=causal, residual=residual)
     x = rng.standard_normal((3, 6, 4))
     with jax.enable_x64(True):
       y = np.asarray(targets_lib.apply(target, x))
     np.testing.assert_allclose(
-        y, reference.target_forward(w, x, causal=causal, residual=residual),
-        atol=1e-12, rtol=0)
+        y,
+        reference.target_forward(w, x, causal=causal, residual=residual),
+        atol=1e-12,
+        rtol=0,
+    )
 
   def test_sparse_refuses_per_layer_residual(self):
-    _, target = make_target(1, num_heads=2, num_layers=2, width=2, causal=True,
-                            looped=False, residual=True)
+    _, target = make_target(
+        1,
+        num_heads=2,
+        num_layers=2,
+        width=2,
+        causal=True,
+        looped=False,
+        residual=True,
+    )
     with self.assertRaisesRegex(ValueError, "looped.*random"):
       compile_lib.compile_sparse(sparse.make_sparse_ut(2, 2, 2), target)
 

@@ -33,13 +33,26 @@ CONFIG = os.path.join(ROOT, "tests", "sweep_config.py")
 
 
 def run_sweep_cli(workdir, devices, arg=None, *flags):
-  env = dict(os.environ,
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+  env = dict(
+      os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}"
+  )
   config = CONFIG + (f":{arg}" if arg else "")
   return subprocess.run(
-      [sys.executable, "-m", "launch.sweep", f"--config={config}",
-       f"--workdir={workdir}", *flags], cwd=ROOT, env=env, capture_output=True,
-      text=True, timeout=600, check=False)
+      [
+          sys.executable,
+          "-m",
+          "launch.sweep",
+          f"--config={config}",
+          f"--workdir={workdir}",
+          *flags,
+      ],
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      check=False,
+  )
 
 
 def steps_evaluated(config):
@@ -74,7 +87,9 @@ class SweepTest(absltest.TestCase):
     self.assertIn("vmapped groups", proc.stderr)
     runs = sweep.collect_runs(sweep_config)
     self.assertLen(runs, 8)
-    self.assertLen({sweep.group_key(c) for _, c in runs}, 1)  # One vmapped group.
+    self.assertLen(
+        {sweep.group_key(c) for _, c in runs}, 1
+    )  # One vmapped group.
     for name, config in runs:
       with open(os.path.join(tmp, "runs", name, "metrics.json")) as f:
         got = json.load(f)
@@ -83,16 +98,24 @@ class SweepTest(absltest.TestCase):
       for key in ("eval_loss", "final_train_loss", "param_checksum"):
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, err_msg=name)
     # Learning rates really differ between runs of the group.
-    losses = {n: json.load(open(os.path.join(tmp, "runs", n, "metrics.json")))
-              ["final_train_loss"] for n, _ in runs}
+    losses = {
+        n: json.load(open(os.path.join(tmp, "runs", n, "metrics.json")))[
+            "final_train_loss"
+        ]
+        for n, _ in runs
+    }
     self.assertGreater(len(set(losses.values())), 4)
     with open(os.path.join(tmp, "table.json")) as f:
       table = json.load(f)
     self.assertLen(table["rows"], 2)  # Two learning rates, 4 seeds each.
     for row in table["rows"]:
       self.assertEqual(row["seeds"], 4)
-      accs = [json.load(open(os.path.join(tmp, "runs", n, "metrics.json")))
-              ["eval_accuracy"] for n in row["runs"].split(";")]
+      accs = [
+          json.load(open(os.path.join(tmp, "runs", n, "metrics.json")))[
+              "eval_accuracy"
+          ]
+          for n in row["runs"].split(";")
+      ]
       self.assertAlmostEqual(row["accuracy_mean"], np.mean(accs))
       self.assertAlmostEqual(row["accuracy_std"], np.std(accs, ddof=1))
 
@@ -107,8 +130,10 @@ class SweepTest(absltest.TestCase):
     # The group and a single run go through the same loop, step, batches and
     # evaluation (every eval.every steps, for each run).
     shared = ("train_loop", "train_step", "train_batch", "held_out_metrics")
-    spies = {name: mock.patch.object(train, name, wraps=getattr(train, name))
-             for name in shared}
+    spies = {
+        name: mock.patch.object(train, name, wraps=getattr(train, name))
+        for name in shared
+    }
     calls = {}
     with contextlib.ExitStack() as stack:
       spied = {name: stack.enter_context(p) for name, p in spies.items()}
@@ -117,8 +142,10 @@ class SweepTest(absltest.TestCase):
       for spy in spied.values():
         spy.reset_mock()
       tmp = self.create_tempdir().full_path
-      wants = [train.train_and_evaluate(config, os.path.join(tmp, str(i)))
-               for i, config in enumerate(configs)]
+      wants = [
+          train.train_and_evaluate(config, os.path.join(tmp, str(i)))
+          for i, config in enumerate(configs)
+      ]
       calls["single"] = {name: spied[name].call_count for name in shared}
     for path in ("group", "single"):
       for name in shared:
@@ -128,15 +155,28 @@ class SweepTest(absltest.TestCase):
     self.assertEqual(calls["group"]["train_batch"], steps * padded)
     # And once more per run at the end: the fixed test set (train.test_metrics).
     for path in ("group", "single"):
-      self.assertEqual(calls[path]["held_out_metrics"],
-                       (evals + 1) * len(configs), path)
+      self.assertEqual(
+          calls[path]["held_out_metrics"], (evals + 1) * len(configs), path
+      )
     for i, (result, want) in enumerate(zip(got, wants)):
-      np.testing.assert_allclose(result["param_checksum"], want["param_checksum"],
-                                 rtol=1e-5, err_msg=str(i))
-      np.testing.assert_allclose(result["final_train_loss"],
-                                 want["final_train_loss"], rtol=1e-4, err_msg=str(i))
-      np.testing.assert_allclose(result["test_accuracy"], want["test_accuracy"],
-                                 rtol=1e-6, err_msg=str(i))
+      np.testing.assert_allclose(
+          result["param_checksum"],
+          want["param_checksum"],
+          rtol=1e-5,
+          err_msg=str(i),
+      )
+      np.testing.assert_allclose(
+          result["final_train_loss"],
+          want["final_train_loss"],
+          rtol=1e-4,
+          err_msg=str(i),
+      )
+      np.testing.assert_allclose(
+          result["test_accuracy"],
+          want["test_accuracy"],
+          rtol=1e-6,
+          err_msg=str(i),
+      )
 
   @pytest.mark.slow
   def test_restart_skips_finished_runs(self):
@@ -147,8 +187,11 @@ class SweepTest(absltest.TestCase):
     runs = sweep.collect_runs(sweep_config, "sparse")
     name = runs[1][0]
     path = os.path.join(tmp, "runs", name, "metrics.json")
-    others = {n: os.path.getmtime(os.path.join(tmp, "runs", n, "metrics.json"))
-              for n, _ in runs if n != name}
+    others = {
+        n: os.path.getmtime(os.path.join(tmp, "runs", n, "metrics.json"))
+        for n, _ in runs
+        if n != name
+    }
     os.remove(path)
     proc = run_sweep_cli(tmp, 1, "sparse", "--aggregate_only")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
@@ -162,8 +205,9 @@ class SweepTest(absltest.TestCase):
     self.assertIn("1 to do", proc.stderr)
     self.assertTrue(os.path.exists(path))
     for n, mtime in others.items():
-      self.assertEqual(os.path.getmtime(os.path.join(tmp, "runs", n,
-                                                     "metrics.json")), mtime)
+      self.assertEqual(
+          os.path.getmtime(os.path.join(tmp, "runs", n, "metrics.json")), mtime
+      )
 
   @pytest.mark.slow
   def test_runs_recorded_with_another_config(self):
@@ -179,12 +223,24 @@ class SweepTest(absltest.TestCase):
         recorded["train"]["steps"] = 999
       os.makedirs(os.path.join(tmp, "runs", name))
       with open(os.path.join(tmp, "runs", name, "metrics.json"), "w") as f:
-        json.dump(dict(config=recorded, name=name, eval_accuracy=0.5,
-                       task="dyck", kind="sparse", variant="res_ln_mlp"), f)
+        json.dump(
+            dict(
+                config=recorded,
+                name=name,
+                eval_accuracy=0.5,
+                task="dyck",
+                kind="sparse",
+                variant="res_ln_mlp",
+            ),
+            f,
+        )
     proc = run_sweep_cli(tmp, 1, "sparse", "--aggregate_only")
     cli_helpers.assert_one_line_error(
-        self, proc, rf"runs/{re.escape(runs[2][0])} was recorded with another "
-        r"config \(differs in train.steps\)")
+        self,
+        proc,
+        rf"runs/{re.escape(runs[2][0])} was recorded with another "
+        r"config \(differs in train.steps\)",
+    )
     os.remove(os.path.join(tmp, "runs", runs[2][0], "metrics.json"))
     proc = run_sweep_cli(tmp, 1, "sparse", "--aggregate_only")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
@@ -198,8 +254,12 @@ class SweepTest(absltest.TestCase):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, 1, "kinds", "--workers=2")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    trained = [int(n) for n in re.findall(
-        r"worker \d of 2: trained (\d) of 6 work units", proc.stderr)]
+    trained = [
+        int(n)
+        for n in re.findall(
+            r"worker \d of 2: trained (\d) of 6 work units", proc.stderr
+        )
+    ]
     self.assertLen(trained, 2)
     self.assertEqual(sum(trained), 6)  # One run per unit on one CPU device.
     claimed = re.findall(r"claimed (\S+) \(1 runs\)", proc.stderr)
@@ -211,14 +271,17 @@ class SweepTest(absltest.TestCase):
     with open(os.path.join(tmp, "table.json")) as f:
       table = json.load(f)
     self.assertEqual(table["missing_runs"], [])
-    self.assertEqual(sorted(r["kind"] for r in table["rows"]),
-                     ["random", "sparse", "trained"])
+    self.assertEqual(
+        sorted(r["kind"] for r in table["rows"]),
+        ["random", "sparse", "trained"],
+    )
     for name, config in sweep.collect_runs(sweep_config, "kinds"):
       with open(os.path.join(tmp, "runs", name, "metrics.json")) as f:
         got = json.load(f)
       want = train.train_and_evaluate(config, os.path.join(tmp, "single", name))
-      np.testing.assert_allclose(got["eval_loss"], want["eval_loss"], rtol=1e-4,
-                                 err_msg=name)
+      np.testing.assert_allclose(
+          got["eval_loss"], want["eval_loss"], rtol=1e-4, err_msg=name
+      )
 
   @pytest.mark.slow
   def test_workers_stop_when_the_sweep_is_killed(self):
@@ -226,8 +289,17 @@ class SweepTest(absltest.TestCase):
     log = os.path.join(tmp, "stderr.txt")
     with open(log, "w") as err:
       parent = subprocess.Popen(
-          [sys.executable, "-m", "launch.sweep", f"--config={CONFIG}:long",
-           f"--workdir={tmp}", "--workers=2"], cwd=ROOT, stderr=err)
+          [
+              sys.executable,
+              "-m",
+              "launch.sweep",
+              f"--config={CONFIG}:long",
+              f"--workdir={tmp}",
+              "--workers=2",
+          ],
+          cwd=ROOT,
+          stderr=err,
+      )
     workers = []
     try:
       deadline = time.time() + 300
@@ -260,17 +332,21 @@ class SweepTest(absltest.TestCase):
     self.assertTrue(sweep.claim(second, "run_a"))  # A later set starts afresh.
 
   def test_work_units_keep_compiled_runs_after_their_target(self):
-    runs = sweep.collect_runs(sweep.load_config_module(
-        os.path.join(ROOT, "configs", "dyck_table.py")),
-        "smoke,kinds=trained+random,variants=attn,seeds=2,mixes=hard")
+    runs = sweep.collect_runs(
+        sweep.load_config_module(
+            os.path.join(ROOT, "configs", "dyck_table.py")
+        ),
+        "smoke,kinds=trained+random,variants=attn,seeds=2,mixes=hard",
+    )
     groups = {}
     for name, config in runs:
       groups.setdefault(sweep.group_key(config), []).append((name, config))
     groups = list(groups.values())
     self.assertIs(sweep.work_units(groups, vmapped=True), groups)
     units = sweep.work_units(groups, vmapped=False)
-    self.assertCountEqual([n for unit in units for n, _ in unit],
-                          [n for n, _ in runs])
+    self.assertCountEqual(
+        [n for unit in units for n, _ in unit], [n for n, _ in runs]
+    )
     self.assertLen(units, 4)  # 2 seeds x 2 kinds.
     for unit in units:
       (target, config), *compiled_runs = unit
@@ -284,18 +360,23 @@ class SweepTest(absltest.TestCase):
     cpus = {0, 1, 2, 3, 4}
     shares = [workers.worker_cpus(i, 2, cpus) for i in range(2)]
     self.assertEqual(shares, [{0, 1, 2}, {3, 4}])
-    self.assertEqual([workers.worker_cpus(i, 3, {0, 1}) for i in range(3)],
-                     [{0}, {1}, {0}])  # More workers than CPUs: round robin.
+    self.assertEqual(
+        [workers.worker_cpus(i, 3, {0, 1}) for i in range(3)], [{0}, {1}, {0}]
+    )  # More workers than CPUs: round robin.
     self.assertLessEqual(workers.worker_cpus(0, 1), os.sched_getaffinity(0))
 
   def test_cost_proxy_orders_by_size(self):
     configs = dict(sweep.collect_runs(sweep_config, "kinds"))
-    cost = {name.split("_")[0]: sweep.run_cost(c) for name, c in configs.items()}
+    cost = {
+        name.split("_")[0]: sweep.run_cost(c) for name, c in configs.items()
+    }
     self.assertGreater(cost["model=sparse"], cost["model=random"])
     self.assertGreater(cost["model=random"], cost["model=trained"])
 
   def test_table_grid_passes_embed_scale(self):
-    module = sweep.load_config_module(os.path.join(ROOT, "configs", "khop_table.py"))
+    module = sweep.load_config_module(
+        os.path.join(ROOT, "configs", "khop_table.py")
+    )
     grid = "ks=2,kinds=sparse,variants=res_ln,seeds=2"
     default = sweep.collect_runs(module, grid)
     scaled = sweep.collect_runs(module, grid + ",embed_scale=0.1")
@@ -305,16 +386,30 @@ class SweepTest(absltest.TestCase):
     self.assertIn("embed_scale=0.1", scaled[0][0])  # stay as recorded.
 
   def test_khop_grid_compiles_into_sparse_at_every_k(self):
-    module = sweep.load_config_module(os.path.join(ROOT, "configs", "khop_table.py"))
+    module = sweep.load_config_module(
+        os.path.join(ROOT, "configs", "khop_table.py")
+    )
     compiled = lambda arg: sorted(
-        (c.data.k, c.compiled) for _, c in sweep.collect_runs(module, arg)
-        if c.compiled)
+        (c.data.k, c.compiled)
+        for _, c in sweep.collect_runs(module, arg)
+        if c.compiled
+    )
     grid = "kinds=trained,variants=attn,seeds=1"
-    self.assertEqual(compiled(grid),
-                     [(1, "random"), (1, "sparse"), (2, "random"), (2, "sparse"),
-                      (3, "sparse"), (4, "sparse")])
-    self.assertEqual(compiled(grid + ",ks=3,random_compiled_ks=3"),
-                     [(3, "random"), (3, "sparse")])
+    self.assertEqual(
+        compiled(grid),
+        [
+            (1, "random"),
+            (1, "sparse"),
+            (2, "random"),
+            (2, "sparse"),
+            (3, "sparse"),
+            (4, "sparse"),
+        ],
+    )
+    self.assertEqual(
+        compiled(grid + ",ks=3,random_compiled_ks=3"),
+        [(3, "random"), (3, "sparse")],
+    )
     self.assertEqual(compiled(grid + ",compiled=false"), [])
 
   def test_workers_split_memory_bound_and_other_runs(self):
@@ -322,8 +417,12 @@ class SweepTest(absltest.TestCase):
     kinds = lambda order: [u[0][1].model.kind for u in order]
     size = lambda order: [sweep.run_cost(u[0][1]) for u in order]
     order = lambda index, count: workers.worker_order(
-        units, index, count, cost=lambda u: sweep.run_cost(u[0][1]),
-        memory_bound=lambda u: workers.memory_bound(u[0][1].model.kind))
+        units,
+        index,
+        count,
+        cost=lambda u: sweep.run_cost(u[0][1]),
+        memory_bound=lambda u: workers.memory_bound(u[0][1].model.kind),
+    )
     alone = order(0, 1)
     self.assertEqual(size(alone), sorted(size(units), reverse=True))
     even, odd = order(2, 4), order(1, 4)
@@ -331,7 +430,7 @@ class SweepTest(absltest.TestCase):
     self.assertGreater(num_sparse, 0)
     self.assertLess(num_sparse, len(units))
     self.assertEqual(kinds(even)[:num_sparse], ["sparse"] * num_sparse)
-    self.assertNotIn("sparse", kinds(odd)[:len(units) - num_sparse])
+    self.assertNotIn("sparse", kinds(odd)[: len(units) - num_sparse])
     for order, split in ((even, num_sparse), (odd, len(units) - num_sparse)):
       # Every unit once, largest first within each class.
       self.assertCountEqual([u[0][0] for u in order], [u[0][0] for u in units])
@@ -341,16 +440,30 @@ class SweepTest(absltest.TestCase):
   @pytest.mark.slow
   def test_compiled_rows_reuse_the_trained_run(self):
     tmp = self.create_tempdir().full_path
-    config = (os.path.join(ROOT, "configs", "dyck_table.py") +
-              ":smoke,kinds=trained,variants=attn,seeds=2,mixes=hard")
+    config = (
+        os.path.join(ROOT, "configs", "dyck_table.py")
+        + ":smoke,kinds=trained,variants=attn,seeds=2,mixes=hard"
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "launch.sweep", f"--config={config}",
-         f"--workdir={tmp}"], cwd=ROOT, capture_output=True, text=True,
-        timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "launch.sweep",
+            f"--config={config}",
+            f"--workdir={tmp}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     with open(os.path.join(tmp, "table.json")) as f:
       rows = {r["kind"]: r for r in json.load(f)["rows"]}
-    self.assertEqual(sorted(rows), ["compiled_random", "compiled_sparse", "trained"])
+    self.assertEqual(
+        sorted(rows), ["compiled_random", "compiled_sparse", "trained"]
+    )
     for kind in ("compiled_random", "compiled_sparse"):
       self.assertGreaterEqual(rows[kind]["agreement_min"], 0.999)
       for name in rows[kind]["runs"].split(";"):
@@ -359,8 +472,12 @@ class SweepTest(absltest.TestCase):
         target = name.replace(f"_compiled={kind.split('_')[1]}", "")
         self.assertEqual(got["target_dir"], os.path.join(tmp, "runs", target))
         with open(os.path.join(tmp, "runs", target, "metrics.json")) as f:
-          self.assertEqual(got["target_accuracy"], json.load(f)["eval_accuracy"])
-        self.assertFalse(os.path.exists(os.path.join(tmp, "runs", name, "target")))
+          self.assertEqual(
+              got["target_accuracy"], json.load(f)["eval_accuracy"]
+          )
+        self.assertFalse(
+            os.path.exists(os.path.join(tmp, "runs", name, "target"))
+        )
 
   @pytest.mark.slow
   def test_a_diverged_run_is_recorded_and_the_sweep_goes_on(self):
@@ -377,15 +494,20 @@ class SweepTest(absltest.TestCase):
     self.assertRegex(got[bad]["diverged"], r"loss became nan at step 3")
     # A compiled-UT run whose target diverged is recorded too, not retrained.
     self.assertTrue(np.isnan(got[bad_compiled]["eval_accuracy"]))
-    self.assertEqual(got[bad_compiled]["diverged"],
-                     "its target diverged: " + got[bad_target]["diverged"])
-    self.assertFalse(os.path.exists(os.path.join(tmp, "runs", bad_compiled,
-                                                 "target")))
+    self.assertEqual(
+        got[bad_compiled]["diverged"],
+        "its target diverged: " + got[bad_target]["diverged"],
+    )
+    self.assertFalse(
+        os.path.exists(os.path.join(tmp, "runs", bad_compiled, "target"))
+    )
     with open(os.path.join(tmp, "table.json")) as f:
       rows = {(r["kind"], r["lr"]): r for r in json.load(f)["rows"]}
     self.assertTrue(np.isnan(rows["random", 1e30]["accuracy_mean"]))
     self.assertTrue(np.isnan(rows["compiled_sparse", 1e30]["accuracy_mean"]))
-    healthy = [r for (kind, lr), r in rows.items() if kind == "trained" and lr < 1]
+    healthy = [
+        r for (kind, lr), r in rows.items() if kind == "trained" and lr < 1
+    ]
     self.assertTrue(np.isfinite(healthy[0]["accuracy_mean"]))
 
   @pytest.mark.slow
@@ -393,42 +515,57 @@ class SweepTest(absltest.TestCase):
     tmp = self.create_tempdir().full_path
     proc = run_sweep_cli(tmp, 1, "diverges_in_group", "--batching=vmap")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    (bad, _), (good, good_config) = sweep.collect_runs(sweep_config,
-                                                       "diverges_in_group")
+    (bad, _), (good, good_config) = sweep.collect_runs(
+        sweep_config, "diverges_in_group"
+    )
     with open(os.path.join(tmp, "runs", bad, "metrics.json")) as f:
       got = json.load(f)
     self.assertTrue(np.isnan(got["eval_accuracy"]))
-    self.assertRegex(got["diverged"], r"loss became nan at step \d+ \(last finite")
+    self.assertRegex(
+        got["diverged"], r"loss became nan at step \d+ \(last finite"
+    )
     # The other run of the group trained on, as it would alone.
     with open(os.path.join(tmp, "runs", good, "metrics.json")) as f:
       got = json.load(f)
     want = train.train_and_evaluate(good_config, os.path.join(tmp, "single"))
     self.assertEqual(got["eval_accuracy"], want["eval_accuracy"])
-    np.testing.assert_allclose(got["param_checksum"], want["param_checksum"],
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        got["param_checksum"], want["param_checksum"], rtol=1e-5
+    )
 
   def test_bad_override_or_schedule_is_named_before_training(self):
     def module(overrides):
       return types.SimpleNamespace(
           get_config=sweep_config.get_config,
-          sweep=lambda add: add("model=random,smoke", **overrides))
+          sweep=lambda add: add("model=random,smoke", **overrides),
+      )
+
     for overrides, pattern in (
-        ({"trian.lr": 1e-2}, r"override 'trian.lr': no such config field "
-                             r"\(fields here: .*train"),
+        (
+            {"trian.lr": 1e-2},
+            r"override 'trian.lr': no such config field "
+            r"\(fields here: .*train",
+        ),
         ({"train.lr.x": 1}, r"override 'train.lr.x': no such config field"),
         ({"train.lrr": 1}, r"override 'train.lrr': no such config field"),
-        ({"eval.every": 0}, r"run .*eval.every=0: config.eval.every=0; use an "
-                            r"integer >= 1")):
+        (
+            {"eval.every": 0},
+            r"run .*eval.every=0: config.eval.every=0; use an " r"integer >= 1",
+        ),
+    ):
       with self.assertRaisesRegex(UserError, pattern):
         sweep.collect_runs(module(overrides))
-    table = sweep.load_config_module(os.path.join(ROOT, "configs", "khop_table.py"))
+    table = sweep.load_config_module(
+        os.path.join(ROOT, "configs", "khop_table.py")
+    )
     with self.assertRaisesRegex(UserError, r"seeds=0; use 1 or more"):
       sweep.collect_runs(table, "smoke,seeds=0")
 
   @pytest.mark.slow
   def test_workers_must_be_positive(self):
-    proc = run_sweep_cli(self.create_tempdir().full_path, 1, "kinds",
-                         "--workers=0")
+    proc = run_sweep_cli(
+        self.create_tempdir().full_path, 1, "kinds", "--workers=0"
+    )
     cli_helpers.assert_one_line_error(self, proc, r"--workers=0; use 1 or more")
 
 

@@ -21,20 +21,27 @@ from tests import cli_helpers
 from ut.core import bounds
 from ut.core import compile as compile_lib
 from ut.core import targets as targets_lib
-from ut.experiments import threshold
 from ut.core.constructions import gaussian
 from ut.core.constructions import sparse
+from ut.experiments import threshold
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXACT = 1e-6     # Issue: float64 relative error at m >= N.
-INEXACT = 1e-3   # Issue: relative error at m = N - 1, for every target.
+EXACT = 1e-6  # Issue: float64 relative error at m >= N.
+INEXACT = 1e-3  # Issue: relative error at m = N - 1, for every target.
 
 
 def run_threshold(workdir, *overrides):
-  cmd = [sys.executable, "-m", "launch.threshold",
-         "--config=configs/threshold.py:smoke", f"--workdir={workdir}", *overrides]
-  return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                        timeout=300, check=False)
+  cmd = [
+      sys.executable,
+      "-m",
+      "launch.threshold",
+      "--config=configs/threshold.py:smoke",
+      f"--workdir={workdir}",
+      *overrides,
+  ]
+  return subprocess.run(
+      cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+  )
 
 
 def run_in_process(workdir, **fields):
@@ -69,14 +76,19 @@ class RunTest(absltest.TestCase):
     rows = self.report["rows"]
     for h, num_layers, d in config.grid:
       n = bounds.random_threshold(h, num_layers, d)
-      mine = {r["m"]: r for r in rows
-              if (r["H"], r["L"], r["d"]) == (h, num_layers, d)}
+      mine = {
+          r["m"]: r
+          for r in rows
+          if (r["H"], r["L"], r["d"]) == (h, num_layers, d)
+      }
       self.assertContainsSubset({n - 1, n, math.ceil(1.25 * n)}, set(mine))
       for m, r in mine.items():
         self.assertEqual(r["N"], n)
         if m >= n:
           self.assertLess(r["max_rel_err"], EXACT, (h, num_layers, d, m))
-      self.assertGreater(mine[n - 1]["min_rel_err"], INEXACT, (h, num_layers, d))
+      self.assertGreater(
+          mine[n - 1]["min_rel_err"], INEXACT, (h, num_layers, d)
+      )
       if bounds.lower_bound(h, num_layers) >= 1:
         self.assertIn(math.ceil(bounds.lower_bound(h, num_layers)), mine)
 
@@ -84,27 +96,37 @@ class RunTest(absltest.TestCase):
     with open(os.path.join(self.workdir, "threshold.csv")) as f:
       csv_rows = list(csv.DictReader(f))
     self.assertLen(csv_rows, len(self.report["rows"]))
-    self.assertAlmostEqual(float(csv_rows[0]["max_rel_err"]),
-                           self.report["rows"][0]["max_rel_err"])
+    self.assertAlmostEqual(
+        float(csv_rows[0]["max_rel_err"]), self.report["rows"][0]["max_rel_err"]
+    )
     with open(os.path.join(self.workdir, "threshold.png"), "rb") as f:
       png = f.read()
     self.assertTrue(png.startswith(b"\x89PNG"))
     self.assertGreater(len(png), 10_000)
-    self.assertLen(self.report["summary"],
-                   len(threshold_config.get_config("smoke").grid))
+    self.assertLen(
+        self.report["summary"], len(threshold_config.get_config("smoke").grid)
+    )
     self.assertGreater(self.report["wall_seconds"], 0)
     self.assertEqual(self.report["seed"], 0)
     prov = self.report["provenance"]
     self.assertIn("git_commit", prov)
-    self.assertEqual(prov["config"]["num_targets"],
-                     threshold_config.get_config("smoke").num_targets)
-    self.assertFalse([p for p in os.listdir(self.workdir) if p.endswith(".tmp")])
+    self.assertEqual(
+        prov["config"]["num_targets"],
+        threshold_config.get_config("smoke").num_targets,
+    )
+    self.assertFalse(
+        [p for p in os.listdir(self.workdir) if p.endswith(".tmp")]
+    )
 
   def test_refuses_to_overwrite(self):
     path = os.path.join(self.workdir, "threshold.json")
     before = open(path, "rb").read()
-    cli_helpers.assert_user_error(self, r"threshold.csv already exists.*overwrite",
-                                  run_in_process, self.workdir)
+    cli_helpers.assert_user_error(
+        self,
+        r"threshold.csv already exists.*overwrite",
+        run_in_process,
+        self.workdir,
+    )
     self.assertEqual(open(path, "rb").read(), before)
 
 
@@ -120,36 +142,43 @@ class CommandTest(absltest.TestCase):
     self.assertIn(f"wrote {workdir}/threshold.csv, .json and .png", proc.stdout)
     with open(os.path.join(workdir, "threshold.json")) as f:
       report = json.load(f)
-    self.assertLen(report["summary"],
-                   len(threshold_config.get_config("smoke").grid))
+    self.assertLen(
+        report["summary"], len(threshold_config.get_config("smoke").grid)
+    )
     self.assertTrue(os.path.exists(os.path.join(workdir, "threshold.png")))
     before = open(os.path.join(workdir, "threshold.json"), "rb").read()
-    cli_helpers.assert_one_line_error(self, run_threshold(workdir),
-                                      r"threshold.csv already exists.*overwrite")
-    self.assertEqual(open(os.path.join(workdir, "threshold.json"), "rb").read(),
-                     before)
+    cli_helpers.assert_one_line_error(
+        self, run_threshold(workdir), r"threshold.csv already exists.*overwrite"
+    )
+    self.assertEqual(
+        open(os.path.join(workdir, "threshold.json"), "rb").read(), before
+    )
 
   def test_bad_override_is_one_line_error(self):
     workdir = self.create_tempdir().full_path
     cli_helpers.assert_one_line_error(
-        self, run_threshold(workdir, "--config.grid=(1, 2, 4)"),
-        r"grid entry 1 must be")
+        self,
+        run_threshold(workdir, "--config.grid=(1, 2, 4)"),
+        r"grid entry 1 must be",
+    )
     self.assertEmpty(os.listdir(workdir))
 
 
 class BadInputTest(parameterized.TestCase):
 
-  @parameterized.parameters((dict(grid=((2, 0, 4),)), r"L=0 must be a positive"),
-                            (dict(grid=((2, 2),)), r"must be \(H, L, d\)"),
-                            (dict(grid=(1, 2, 4)), r"grid entry 1 must be"),
-                            (dict(grid=()), r"grid is empty"),
-                            (dict(seed=-1), r"config.seed=-1 must be a "
-                             r"non-negative integer"),
-                            (dict(ratios=(0.5, -1.0)), r"ratios=.*positive"))
+  @parameterized.parameters(
+      (dict(grid=((2, 0, 4),)), r"L=0 must be a positive"),
+      (dict(grid=((2, 2),)), r"must be \(H, L, d\)"),
+      (dict(grid=(1, 2, 4)), r"grid entry 1 must be"),
+      (dict(grid=()), r"grid is empty"),
+      (dict(seed=-1), r"config.seed=-1 must be a " r"non-negative integer"),
+      (dict(ratios=(0.5, -1.0)), r"ratios=.*positive"),
+  )
   def test_one_line_error(self, fields, pattern):
     workdir = self.create_tempdir().full_path
-    cli_helpers.assert_user_error(self, pattern, run_in_process, workdir,
-                                  **fields)
+    cli_helpers.assert_user_error(
+        self, pattern, run_in_process, workdir, **fields
+    )
     self.assertEmpty(os.listdir(workdir))
 
 
@@ -170,24 +199,29 @@ class LibraryTest(parameterized.TestCase):
     for m in (20, 32):  # Below and at N = 32.
       plain = threshold.point(gens, x, m, seed=1)
       padded = threshold.point(gens, x, m, seed=1, padded_width=40)
-      np.testing.assert_allclose(padded["rel_errs"], plain["rel_errs"],
-                                 rtol=1e-6, atol=1e-13)
+      np.testing.assert_allclose(
+          padded["rel_errs"], plain["rel_errs"], rtol=1e-6, atol=1e-13
+      )
 
   def test_attention_maps_match_the_target(self):
     h, num_layers, d = 2, 2, 3
     with jax.enable_x64(True):
       target = threshold.random_targets(h, num_layers, d, num=1, seed=5)[0]
       x = np.random.default_rng(1).standard_normal((2, 6, d))
-      want = threshold.attention_maps(threshold.target_params(target), x,
-                                      num_layers=num_layers, causal=True)
+      want = threshold.attention_maps(
+          threshold.target_params(target), x, num_layers=num_layers, causal=True
+      )
       self.assertEqual(want.shape, (num_layers, 2, h, 6, 6))
       np.testing.assert_allclose(want.sum(-1), 1.0, atol=1e-12)
       self.assertEqual(np.abs(np.triu(want, 1)).max(), 0.0)
       sparse_ut = sparse.make_sparse_ut(h, num_layers, d)
       program, _ = compile_lib.compile_sparse(sparse_ut, target)
       n = bounds.random_threshold(h, num_layers, d)
-      got = {"sparse": dict(sparse.to_dense(sparse_ut, np.float64),
-                            embed=program["embed"])}
+      got = {
+          "sparse": dict(
+              sparse.to_dense(sparse_ut, np.float64), embed=program["embed"]
+          )
+      }
       for m in (n, n - 1):
         ut = gaussian.make_gaussian_ut(h, num_layers, m, d, seed=2)
         with warnings.catch_warnings(record=True) as caught:
@@ -195,8 +229,10 @@ class LibraryTest(parameterized.TestCase):
           program, _ = compile_lib.compile_random(ut, target)
         self.assertEqual(bool(caught), m < n)  # Below N the fit is inexact.
         got[m] = dict(ut, embed=program["embed"])
-      maps = {k: threshold.attention_maps(p, x, num_layers=num_layers, causal=True)
-              for k, p in got.items()}
+      maps = {
+          k: threshold.attention_maps(p, x, num_layers=num_layers, causal=True)
+          for k, p in got.items()
+      }
     np.testing.assert_allclose(maps["sparse"], want, atol=1e-12)
     np.testing.assert_allclose(maps[n], want, atol=1e-9)
     self.assertGreater(np.abs(maps[n - 1] - want).max(), INEXACT)
@@ -205,9 +241,15 @@ class LibraryTest(parameterized.TestCase):
     n = bounds.random_threshold(2, 2, 3, residual=True)
     self.assertGreater(n, bounds.random_threshold(2, 2, 3))
     with jax.enable_x64(True):
-      target = targets_lib.init(jax.random.PRNGKey(4), num_heads=2, num_layers=2,
-                                width=3, looped=True, residual=True,
-                                dtype=jax.numpy.float64)
+      target = targets_lib.init(
+          jax.random.PRNGKey(4),
+          num_heads=2,
+          num_layers=2,
+          width=3,
+          looped=True,
+          residual=True,
+          dtype=jax.numpy.float64,
+      )
       x = np.random.default_rng(0).standard_normal((1, 5, 3))
       maps = threshold.attention_comparison(target, x)
     [at_n] = [k for k in maps if f"m={n} " in k]

@@ -30,17 +30,28 @@ from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
 from tests import xla_settings
+from ut.errors import UserError
 from ut.training import data as data_lib
 from ut.training import models
 from ut.training import train
-from ut.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = {"dyck": dyck_config, "khop": khop_config}
 # What a resumed or repeated run must reproduce exactly.
-FINAL_KEYS = ("step", "eval_accuracy", "eval_loss", "final_train_loss",
-              "param_checksum")
-TRAIN_COLUMNS = ("step", "loss", "accuracy", "grad_norm", "lr")  # Not steps_per_sec.
+FINAL_KEYS = (
+    "step",
+    "eval_accuracy",
+    "eval_loss",
+    "final_train_loss",
+    "param_checksum",
+)
+TRAIN_COLUMNS = (
+    "step",
+    "loss",
+    "accuracy",
+    "grad_norm",
+    "lr",
+)  # Not steps_per_sec.
 
 
 def smoke_config(task="dyck", arg="", **train_overrides):
@@ -79,14 +90,25 @@ def initial_params(config):
 
 
 def train_command(workdir, *overrides, config="configs/dyck.py:smoke"):
-  return [sys.executable, "-m", "launch.train", f"--config={config}",
-          f"--workdir={workdir}", *overrides]
+  return [
+      sys.executable,
+      "-m",
+      "launch.train",
+      f"--config={config}",
+      f"--workdir={workdir}",
+      *overrides,
+  ]
 
 
 def run_train(workdir, *overrides, config="configs/dyck.py:smoke"):
-  return subprocess.run(train_command(workdir, *overrides, config=config),
-                        cwd=ROOT, capture_output=True, text=True, timeout=300,
-                        check=False)
+  return subprocess.run(
+      train_command(workdir, *overrides, config=config),
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+  )
 
 
 class TrainAndEvaluateTest(parameterized.TestCase):
@@ -115,20 +137,31 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertIn("git_commit", metrics["provenance"])
 
     train_rows = read_csv(os.path.join(workdir, "train_metrics.csv"))
-    self.assertEqual(list(train_rows[0]),
-                     ["step", "loss", "accuracy", "grad_norm", "lr", "steps_per_sec"])
-    log_steps = list(range(config.train.log_every, steps + 1, config.train.log_every))
+    self.assertEqual(
+        list(train_rows[0]),
+        ["step", "loss", "accuracy", "grad_norm", "lr", "steps_per_sec"],
+    )
+    log_steps = list(
+        range(config.train.log_every, steps + 1, config.train.log_every)
+    )
     self.assertEqual([int(r["step"]) for r in train_rows], log_steps)
     self.assertEqual(float(train_rows[-1]["loss"]), metrics["final_train_loss"])
     eval_rows = read_csv(os.path.join(workdir, "eval_metrics.csv"))
-    self.assertEqual([int(r["step"]) for r in eval_rows],
-                     list(range(config.eval.every, steps + 1, config.eval.every)))
+    self.assertEqual(
+        [int(r["step"]) for r in eval_rows],
+        list(range(config.eval.every, steps + 1, config.eval.every)),
+    )
     self.assertEqual(float(eval_rows[-1]["accuracy"]), metrics["eval_accuracy"])
-    self.assertNotEmpty(glob.glob(os.path.join(workdir, "tb", "events.out.tfevents.*")))
-    self.assertContainsSubset({str(steps)},
-                              set(os.listdir(os.path.join(workdir, "checkpoints"))))
-    self.assertEqual(read_json(os.path.join(workdir, "config.json")),
-                     json.loads(config.to_json_best_effort()))
+    self.assertNotEmpty(
+        glob.glob(os.path.join(workdir, "tb", "events.out.tfevents.*"))
+    )
+    self.assertContainsSubset(
+        {str(steps)}, set(os.listdir(os.path.join(workdir, "checkpoints")))
+    )
+    self.assertEqual(
+        read_json(os.path.join(workdir, "config.json")),
+        json.loads(config.to_json_best_effort()),
+    )
 
     # Running the finished command again resumes at the last step: nothing to
     # train, and the same final metrics (not a final_train_loss of None).
@@ -137,8 +170,10 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     again = train.train_and_evaluate(config, workdir)
     for key in FINAL_KEYS:
       self.assertEqual(again[key], final[key], key)
-    self.assertEqual(read_json(os.path.join(workdir, "metrics.json"))
-                     ["final_train_loss"], final["final_train_loss"])
+    self.assertEqual(
+        read_json(os.path.join(workdir, "metrics.json"))["final_train_loss"],
+        final["final_train_loss"],
+    )
     with open(os.path.join(workdir, "train_metrics.csv")) as f:
       self.assertEqual(f.read(), train_csv)
 
@@ -152,8 +187,18 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertEqual(set(before), set(after))
     labels = labels_by_name(params, spec)
     frozen = sorted(k for k, v in labels.items() if v == "frozen")
-    self.assertEqual(frozen, ["layers/wk", "layers/wq", "layers/wv",
-                              "mlp/b1", "mlp/b2", "mlp/w1", "mlp/w2"])
+    self.assertEqual(
+        frozen,
+        [
+            "layers/wk",
+            "layers/wq",
+            "layers/wv",
+            "mlp/b1",
+            "mlp/b2",
+            "mlp/w1",
+            "mlp/w2",
+        ],
+    )
     for name, label in labels.items():
       self.assertEqual(after[name].dtype, before[name].dtype, name)
       if label == "frozen":
@@ -168,24 +213,44 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     params, spec, _, _, _ = train.restore_params(workdir)
     self.assertEqual(set(labels_by_name(params, spec).values()), {"train"})
     before, after = initial_params(config), leaves_by_name(params)
-    for name in ("layers/wq", "layers/wk", "layers/wv", "layers/wo", "mlp/w1",
-                 "mlp/b1", "mlp/w2", "mlp/b2", "embed/token", "unembed"):
+    for name in (
+        "layers/wq",
+        "layers/wk",
+        "layers/wv",
+        "layers/wo",
+        "mlp/w1",
+        "mlp/b1",
+        "mlp/w2",
+        "mlp/b2",
+        "embed/token",
+        "unembed",
+    ):
       self.assertFalse(np.array_equal(after[name], before[name]), name)
 
   @parameterized.parameters("sparse", "random")
   def test_microbatched_step_equals_whole_batch_step(self, kind):
-    config = smoke_config("khop", f"model={kind},variant=res_ln_mlp",
-                          batch_size=8)
+    config = smoke_config(
+        "khop", f"model={kind},variant=res_ln_mlp", batch_size=8
+    )
     task = data_lib.make_task(config)
     spec = train.model_spec(config, task.info)
     state, tx, _ = train.init_state(config, spec)
     batch = train.train_batch(config, task, 0)
-    steps = [jax.jit(lambda s, b, n=n: train.train_step(
-        s, b, spec=spec, tx=tx, microbatches=n))(state, batch) for n in (1, 4)]
+    steps = [
+        jax.jit(
+            lambda s, b, n=n: train.train_step(
+                s, b, spec=spec, tx=tx, microbatches=n
+            )
+        )(state, batch)
+        for n in (1, 4)
+    ]
     (whole, whole_metrics), (parts, parts_metrics) = steps
-    chex.assert_trees_all_close(parts.params, whole.params, atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(parts_metrics["loss"], whole_metrics["loss"],
-                               rtol=1e-5)
+    chex.assert_trees_all_close(
+        parts.params, whole.params, atol=1e-5, rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        parts_metrics["loss"], whole_metrics["loss"], rtol=1e-5
+    )
     self.assertEqual(int(parts_metrics["count"]), int(whole_metrics["count"]))
 
   @parameterized.parameters("sparse", "random")
@@ -202,13 +267,17 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     shifted = logits - logits.max(-1, keepdims=True)
     logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     valid = labels >= 0
-    nll = -np.take_along_axis(logp, np.maximum(labels, 0)[..., None], -1)[..., 0]
+    nll = -np.take_along_axis(logp, np.maximum(labels, 0)[..., None], -1)[
+        ..., 0
+    ]
     loss = (nll * valid).sum() / valid.sum()
     # The data-parallel path (here on this process's device mesh; on 2 devices:
     # CommandLineTest.test_data_parallel_run_matches_one_device_run).
     dp_step = train.data_parallel_eval_step(spec, train.batch_mesh())
-    for metrics in [train.eval_step(params, batch, spec=spec, microbatches=n)
-                    for n in (1, 4)] + [dp_step(params, batch)]:
+    for metrics in [
+        train.eval_step(params, batch, spec=spec, microbatches=n)
+        for n in (1, 4)
+    ] + [dp_step(params, batch)]:
       self.assertEqual(int(metrics["correct"]), correct)
       self.assertEqual(int(metrics["count"]), int(mask.sum()))
       np.testing.assert_allclose(float(metrics["loss"]), loss, rtol=1e-5)
@@ -219,8 +288,9 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertEqual(sparse_k4.model_width, 4000)
     self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 16)
     self.assertEqual(train.default_microbatches(256, 64, spec("random")), 16)
-    self.assertEqual(train.default_microbatches(32, 32, spec("trained", width=64)),
-                     1)
+    self.assertEqual(
+        train.default_microbatches(32, 32, spec("trained", width=64)), 1
+    )
     # An MLP's hidden width counts: 1024 tokens x (256 + 256) = 2 x 2^18.
     self.assertEqual(train.default_microbatches(32, 32, spec("random")), 1)
     mlp = models.ModelSpec("random", "res_ln_mlp", 6, 32, 4, mlp_ratio=1)
@@ -230,8 +300,9 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertEqual(train.default_microbatches(2, 128, sparse_k4), 2)
 
   def test_whole_batch_off_cpu(self):
-    sparse_k4 = models.ModelSpec("sparse", "res_ln", 6, 32, 4, num_layers=5,
-                                 width=32)
+    sparse_k4 = models.ModelSpec(
+        "sparse", "res_ln", 6, 32, 4, num_layers=5, width=32
+    )
     with mock.patch.object(jax, "default_backend", return_value="cpu"):
       self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 16)
     with mock.patch.object(jax, "default_backend", return_value="gpu"):
@@ -249,26 +320,35 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     step = train.make_step(config, spec, tx)[0]
     with mock.patch.object(train, "grad_sums", wraps=train.grad_sums) as sums:
       step(state, train.train_batch(config, task, 0))
-    self.assertEqual([c.kwargs["microbatches"] for c in sums.call_args_list],
-                     [] if parts is None else [parts])
+    self.assertEqual(
+        [c.kwargs["microbatches"] for c in sums.call_args_list],
+        [] if parts is None else [parts],
+    )
 
   @parameterized.named_parameters(
       ("zero", "0", r"config.cpu.microbatches='0'; use auto or a positive"),
       ("word", "all", r"config.cpu.microbatches='all'; use auto"),
       ("negative", "-2", r"config.cpu.microbatches='-2'; use auto"),
-      ("not_a_divisor", "3",
-       r"config.cpu.microbatches=3 must divide the 8 strings of each step's "
-       r"batch on a device \(config.train.batch_size=8\)"))
+      (
+          "not_a_divisor",
+          "3",
+          r"config.cpu.microbatches=3 must divide the 8 strings of each step's "
+          r"batch on a device \(config.train.batch_size=8\)",
+      ),
+  )
   def test_bad_cpu_microbatches_is_one_line_error(self, value, pattern):
     config = cpu_config.overlay(smoke_config())
     config.cpu.microbatches = value
     workdir = os.path.join(self.create_tempdir().full_path, "run")
-    cli_helpers.assert_user_error(self, pattern, train.train_and_evaluate,
-                                  config, workdir)
+    cli_helpers.assert_user_error(
+        self, pattern, train.train_and_evaluate, config, workdir
+    )
     self.assertFalse(os.path.exists(workdir))
 
   def test_stored_config_drops_host_settings_and_removed_fields(self):
-    config = json.loads(cpu_config.overlay(smoke_config()).to_json_best_effort())
+    config = json.loads(
+        cpu_config.overlay(smoke_config()).to_json_best_effort()
+    )
     want = json.loads(smoke_config().to_json_best_effort())
     self.assertIn("cpu", config)
     self.assertEqual(train.stored_config(config), want)
@@ -289,14 +369,19 @@ class TrainAndEvaluateTest(parameterized.TestCase):
       json.dump(old, f)
     # Resumed as launch.train runs it on CPU: nothing left but the evaluation.
     again = train.train_and_evaluate(
-        cpu_config.overlay(smoke_config(steps=2)), workdir)
+        cpu_config.overlay(smoke_config(steps=2)), workdir
+    )
     for key in FINAL_KEYS:
       self.assertEqual(again[key], first[key], key)
     self.assertNotIn("ynn_fusions", train.load_config(workdir).train)
     # A field of the run still has to match.
-    cli_helpers.assert_user_error(self, r"differs in train.lr\)",
-                                  train.train_and_evaluate,
-                                  smoke_config(steps=2, lr=0.5), workdir)
+    cli_helpers.assert_user_error(
+        self,
+        r"differs in train.lr\)",
+        train.train_and_evaluate,
+        smoke_config(steps=2, lr=0.5),
+        workdir,
+    )
 
   def test_sparse_run_saved_before_the_block_order_is_refused(self):
     workdir = self.create_tempdir().full_path
@@ -308,10 +393,13 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     del old["model"]["impl"]  # As sparse runs recorded it before the redesign.
     with open(path, "w") as f:
       json.dump(old, f)
-    for fn, args in ((train.train_and_evaluate, (config, workdir)),
-                     (train.load_config, (workdir,))):
-      cli_helpers.assert_user_error(self, r"block order used before the redesign",
-                                    fn, *args)
+    for fn, args in (
+        (train.train_and_evaluate, (config, workdir)),
+        (train.load_config, (workdir,)),
+    ):
+      cli_helpers.assert_user_error(
+          self, r"block order used before the redesign", fn, *args
+      )
 
   def test_two_runs_are_identical(self):
     config = smoke_config()
@@ -319,9 +407,15 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     finals = [train.train_and_evaluate(config, d) for d in dirs]
     for key in FINAL_KEYS:
       self.assertEqual(finals[0][key], finals[1][key], key)
-    self.assertEqual(*[read_csv(os.path.join(d, "train_metrics.csv"), TRAIN_COLUMNS)
-                       for d in dirs])
-    self.assertEqual(*[read_csv(os.path.join(d, "eval_metrics.csv")) for d in dirs])
+    self.assertEqual(
+        *[
+            read_csv(os.path.join(d, "train_metrics.csv"), TRAIN_COLUMNS)
+            for d in dirs
+        ]
+    )
+    self.assertEqual(
+        *[read_csv(os.path.join(d, "eval_metrics.csv")) for d in dirs]
+    )
     params = [leaves_by_name(train.restore_params(d)[0]) for d in dirs]
     for name in params[0]:
       np.testing.assert_array_equal(params[0][name], params[1][name], name)
@@ -348,8 +442,10 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertContainsSubset({"model.kind", "train.lr"}, fields)
     self.assertIn("--workdir", str(cm.exception))
     # Nothing in the workdir was touched.
-    self.assertEqual(read_json(os.path.join(workdir, "config.json")),
-                     json.loads(config.to_json_best_effort()))
+    self.assertEqual(
+        read_json(os.path.join(workdir, "config.json")),
+        json.loads(config.to_json_best_effort()),
+    )
     with open(os.path.join(workdir, "metrics.json")) as f:
       self.assertEqual(f.read(), metrics_text)
 
@@ -373,16 +469,21 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     config = smoke_config(arg="model=trained", steps=8)
     workdir = self.create_tempdir().full_path
     threads = {t.ident for t in threading.enumerate()}
-    with mock.patch.object(train, "train_batch", batch_with_marker), \
-        mock.patch.object(models, "apply", nan_apply):
+    with (
+        mock.patch.object(train, "train_batch", batch_with_marker),
+        mock.patch.object(models, "apply", nan_apply),
+    ):
       with self.assertRaises(train.TrainingDiverged) as cm:
         train.train_and_evaluate(config, workdir)
     # Nothing of the run goes on (the TensorBoard writer is closed too).
-    self.assertEqual([t.name for t in threading.enumerate()
-                      if t.ident not in threads], [])
+    self.assertEqual(
+        [t.name for t in threading.enumerate() if t.ident not in threads], []
+    )
     self.assertIsInstance(cm.exception, UserError)
-    self.assertRegex(str(cm.exception), r"loss became nan at step 5 \(last finite loss "
-                     r"[0-9.]+,")
+    self.assertRegex(
+        str(cm.exception),
+        r"loss became nan at step 5 \(last finite loss " r"[0-9.]+,",
+    )
     self.assertRegex(str(cm.exception), r"--config\.train\.lr")
     self.assertFalse(os.path.exists(os.path.join(workdir, "metrics.json")))
     # The checkpoint saved just before (step 4) is complete and finite.
@@ -420,7 +521,10 @@ class CommandLineTest(parameterized.TestCase):
     return line
 
   def test_kill_and_resume_matches_uninterrupted_run(self):
-    overrides = ("--config.train.steps=60", "--config.train.checkpoint_every=10")
+    overrides = (
+        "--config.train.steps=60",
+        "--config.train.checkpoint_every=10",
+    )
     steps = 60
     whole = self.create_tempdir("whole").full_path
     killed = self.create_tempdir("killed").full_path
@@ -430,8 +534,12 @@ class CommandLineTest(parameterized.TestCase):
 
     log_path = os.path.join(killed, "first_attempt.log")
     with open(log_path, "w") as log:
-      child = subprocess.Popen(train_command(killed, *overrides), cwd=ROOT,
-                               stdout=log, stderr=subprocess.STDOUT)
+      child = subprocess.Popen(
+          train_command(killed, *overrides),
+          cwd=ROOT,
+          stdout=log,
+          stderr=subprocess.STDOUT,
+      )
     ckpt_dir = os.path.join(killed, "checkpoints")
     done_steps = []
     deadline = time.time() + 240
@@ -464,16 +572,24 @@ class CommandLineTest(parameterized.TestCase):
     got = read_json(os.path.join(killed, "metrics.json"))
     for key in FINAL_KEYS:
       self.assertEqual(got[key], want[key], key)
-    self.assertEqual(read_csv(os.path.join(killed, "train_metrics.csv"), TRAIN_COLUMNS),
-                     read_csv(os.path.join(whole, "train_metrics.csv"), TRAIN_COLUMNS))
-    self.assertEqual(read_csv(os.path.join(killed, "eval_metrics.csv")),
-                     read_csv(os.path.join(whole, "eval_metrics.csv")))
+    self.assertEqual(
+        read_csv(os.path.join(killed, "train_metrics.csv"), TRAIN_COLUMNS),
+        read_csv(os.path.join(whole, "train_metrics.csv"), TRAIN_COLUMNS),
+    )
+    self.assertEqual(
+        read_csv(os.path.join(killed, "eval_metrics.csv")),
+        read_csv(os.path.join(whole, "eval_metrics.csv")),
+    )
 
   def test_divergence_is_one_line_error(self):
     workdir = self.create_tempdir().full_path
-    proc = run_train(workdir, "--config.train.lr=1e30", "--config.train.grad_clip=1e30")
+    proc = run_train(
+        workdir, "--config.train.lr=1e30", "--config.train.grad_clip=1e30"
+    )
     line = self.assert_one_line_error(
-        proc, r"^error: loss became (nan|inf|-inf) at step \d+ .*--config\.train\.lr")
+        proc,
+        r"^error: loss became (nan|inf|-inf) at step \d+ .*--config\.train\.lr",
+    )
     step = int(re.search(r"at step (\d+)", line).group(1))
     self.assertBetween(step, 1, 4)  # The smoke run has 4 steps.
     self.assertEqual(proc.returncode, 2)
@@ -492,18 +608,29 @@ class CommandLineTest(parameterized.TestCase):
     cores = len(os.sched_getaffinity(0))
     if cores > 1:  # One device on several cores: the log says how to use them.
       self.assertIn(f"--cpu_devices={cores}` splits each batch", proc.stderr)
-    proc = run_train(two, *overrides, "--cpu_devices=2",  # Data parallel.
-                     "--config.cpu.ynn_fusions=False", config=config)
+    proc = run_train(
+        two,
+        *overrides,
+        "--cpu_devices=2",  # Data parallel.
+        "--config.cpu.ynn_fusions=False",
+        config=config,
+    )
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     want = read_json(os.path.join(one, "metrics.json"))
     got = read_json(os.path.join(two, "metrics.json"))
     self.assertEqual(got["step"], 12)
-    self.assertTrue(read_json(os.path.join(two, "config.json"))
-                    ["train"]["data_parallel"])
-    for key in ("eval_accuracy", "eval_loss", "final_train_loss",
-                "param_checksum"):
-      self.assertAlmostEqual(got[key], want[key], delta=1e-4 * abs(want[key]),
-                             msg=key)
+    self.assertTrue(
+        read_json(os.path.join(two, "config.json"))["train"]["data_parallel"]
+    )
+    for key in (
+        "eval_accuracy",
+        "eval_loss",
+        "final_train_loss",
+        "param_checksum",
+    ):
+      self.assertAlmostEqual(
+          got[key], want[key], delta=1e-4 * abs(want[key]), msg=key
+      )
     self.assertIn("each batch split over 2 cpu devices", proc.stderr)
     self.assertNotIn("splits each batch", proc.stderr)
 
@@ -511,7 +638,8 @@ class CommandLineTest(parameterized.TestCase):
     workdir = os.path.join(self.create_tempdir().full_path, "run")
     proc = run_train(workdir, "--cpu_devices=3")
     self.assert_one_line_error(
-        proc, r"config.train.batch_size=8 must be a multiple of the 3 devices")
+        proc, r"config.train.batch_size=8 must be a multiple of the 3 devices"
+    )
     self.assertFalse(os.path.exists(workdir))
 
   def test_bad_cpu_devices_is_one_line_error(self):
@@ -519,21 +647,51 @@ class CommandLineTest(parameterized.TestCase):
     self.assert_one_line_error(proc, r"--cpu_devices=0 must be at least 1")
 
   @parameterized.named_parameters(
-      ("log_every", "--config.train.log_every=0",
-       r"config.train.log_every=0; use an integer >= 1"),
-      ("eval_every", "--config.eval.every=-5",
-       r"config.eval.every=-5; use an integer >= 1"),
-      ("checkpoint_every", "--config.train.checkpoint_every=0",
-       r"config.train.checkpoint_every=0; use an integer >= 1"),
-      ("steps", "--config.train.steps=0", r"config.train.steps=0; use an integer >= 1"),
-      ("ut_seed", "--config.model.ut_seed=-1",
-       r"model.ut_seed=-1 must be a non-negative integer"),
-      ("lr", "--config.train.lr=-0.01", r"config.train.lr=-0.01; use a positive"),
-      ("lr_text", "--config.train.lr=fast",
-       r"flag --config.train.lr=fast: could not convert string to float"),
-      ("misspelt_field", "--config.train.step=10",
-       r"no such config field: 'step'; Did you mean \"steps\""),
-      ("positional", "model=sparse", r"unexpected argument\(s\) model=sparse; "),
+      (
+          "log_every",
+          "--config.train.log_every=0",
+          r"config.train.log_every=0; use an integer >= 1",
+      ),
+      (
+          "eval_every",
+          "--config.eval.every=-5",
+          r"config.eval.every=-5; use an integer >= 1",
+      ),
+      (
+          "checkpoint_every",
+          "--config.train.checkpoint_every=0",
+          r"config.train.checkpoint_every=0; use an integer >= 1",
+      ),
+      (
+          "steps",
+          "--config.train.steps=0",
+          r"config.train.steps=0; use an integer >= 1",
+      ),
+      (
+          "ut_seed",
+          "--config.model.ut_seed=-1",
+          r"model.ut_seed=-1 must be a non-negative integer",
+      ),
+      (
+          "lr",
+          "--config.train.lr=-0.01",
+          r"config.train.lr=-0.01; use a positive",
+      ),
+      (
+          "lr_text",
+          "--config.train.lr=fast",
+          r"flag --config.train.lr=fast: could not convert string to float",
+      ),
+      (
+          "misspelt_field",
+          "--config.train.step=10",
+          r"no such config field: 'step'; Did you mean \"steps\"",
+      ),
+      (
+          "positional",
+          "model=sparse",
+          r"unexpected argument\(s\) model=sparse; ",
+      ),
   )
   def test_bad_config_value_is_one_line_error(self, override, pattern):
     workdir = os.path.join(self.create_tempdir().full_path, "run")
@@ -545,20 +703,36 @@ class CommandLineTest(parameterized.TestCase):
     path = os.path.join(self.create_tempdir().full_path, "afile")
     with open(path, "w") as f:
       f.write("keep me")
-    for workdir, pattern in ((path, r"--workdir=.*afile is a file; use a folder"),
-                             (path + "/run", r"afile is a file, not a folder"),
-                             ("", r"--workdir is empty")):
+    for workdir, pattern in (
+        (path, r"--workdir=.*afile is a file; use a folder"),
+        (path + "/run", r"afile is a file, not a folder"),
+        ("", r"--workdir is empty"),
+    ):
       self.assert_one_line_error(run_train(workdir), pattern)
     with open(path) as f:
       self.assertEqual(f.read(), "keep me")
 
   @parameterized.named_parameters(
-      ("unknown_model", "configs/dyck.py:model=bogus", r"unknown model kind 'bogus'"),
-      ("unknown_argument", "configs/dyck.py:foo=1", r"unknown config argument 'foo'"),
-      ("unknown_variant", "configs/dyck.py:smoke,variant=nope",
-       r"unknown variant 'nope'"),
-      ("negative_embed_scale", "configs/khop.py:smoke,embed_scale=-1",
-       r"model.embed_scale=-1.0 must be a positive number"),
+      (
+          "unknown_model",
+          "configs/dyck.py:model=bogus",
+          r"unknown model kind 'bogus'",
+      ),
+      (
+          "unknown_argument",
+          "configs/dyck.py:foo=1",
+          r"unknown config argument 'foo'",
+      ),
+      (
+          "unknown_variant",
+          "configs/dyck.py:smoke,variant=nope",
+          r"unknown variant 'nope'",
+      ),
+      (
+          "negative_embed_scale",
+          "configs/khop.py:smoke,embed_scale=-1",
+          r"model.embed_scale=-1.0 must be a positive number",
+      ),
   )
   def test_bad_config_argument_is_one_line_error(self, config, pattern):
     workdir = os.path.join(self.create_tempdir().full_path, "run")

@@ -30,9 +30,16 @@ def sparse_width(num_heads: int, num_layers: int, width: int) -> int:
   return width * (state_blocks + query_blocks)
 
 
-def random_threshold(num_heads: int, num_layers: int, width: int,
-                     head_width: int | None = None, out_width: int | None = None,
-                     *, residual: bool = False, shared: bool = False) -> int:
+def random_threshold(
+    num_heads: int,
+    num_layers: int,
+    width: int,
+    head_width: int | None = None,
+    out_width: int | None = None,
+    *,
+    residual: bool = False,
+    shared: bool = False,
+) -> int:
   """N, the number of linear conditions on E: a Gaussian UT is exact iff m >= N.
 
   Attention-only (DESIGN §2): N = 2 k_u (H + ... + H^L) + d_out H^L.
@@ -48,7 +55,7 @@ def random_threshold(num_heads: int, num_layers: int, width: int,
     return 2 * k * sum(h**l for l in range(1, L + 1)) + o * h**L
   if shared:
     return 2 * k * h * num_strings(h, L - 1) + o * num_strings(h, L)
-  return 2 * k * h * sum((h + 1)**l for l in range(L)) + o * (h + 1)**L
+  return 2 * k * h * sum((h + 1) ** l for l in range(L)) + o * (h + 1) ** L
 
 
 def lower_bound(num_heads: int, num_layers: int) -> float:

@@ -34,9 +34,9 @@ from ut.errors import UserError
 class CompileReport:
   construction: str
   m: int
-  num_conditions: int          # N (random) or the number of filled blocks (sparse)
-  cond: float                  # condition number of A; nan for sparse
-  rel_residual: float          # ||E A - Y|| / ||Y||; 0 for sparse
+  num_conditions: int  # N (random) or the number of filled blocks (sparse)
+  cond: float  # condition number of A; nan for sparse
+  rel_residual: float  # ||E A - Y|| / ||Y||; 0 for sparse
   exact: bool
   seconds: float
 
@@ -45,21 +45,25 @@ def _program(embed, target):
   return dict(embed=embed, readout=np.asarray(target.wu, np.float64))
 
 
-def compile_sparse(ut: sparse.SparseUT, target: targets_lib.Target
-                   ) -> tuple[dict[str, np.ndarray], CompileReport]:
+def compile_sparse(
+    ut: sparse.SparseUT, target: targets_lib.Target
+) -> tuple[dict[str, np.ndarray], CompileReport]:
   """Fills the blocks of E for the tree-routing UT (DESIGN §3)."""
   start = time.perf_counter()
   h, num_layers, d = target.num_heads, target.num_layers, target.width
   if (h, num_layers, d) != (ut.num_heads, ut.num_layers, ut.width):
-    raise UserError(f"the sparse UT was built for (H, L, d) = ({ut.num_heads}, "
-                    f"{ut.num_layers}, {ut.width}) but the target has ({h}, "
-                    f"{num_layers}, {d}); build it with make_sparse_ut{(h, num_layers, d)}")
+    raise UserError(
+        f"the sparse UT was built for (H, L, d) = ({ut.num_heads}, "
+        f"{ut.num_layers}, {ut.width}) but the target has ({h}, "
+        f"{num_layers}, {d}); build it with make_sparse_ut{(h, num_layers, d)}"
+    )
   if target.residual and not target.looped:
     raise UserError(
         "the sparse UT simulates residual targets exactly only when they are "
         "looped (same weights in every layer); this residual target's layers "
         "differ: use --config.ut=random (a per-layer Gaussian UT with residuals "
-        "is exact for any residual target), or a looped target")
+        "is exact for any residual target), or a looped target"
+    )
   b_all = targets_lib.bilinear_forms(target)
   v_all = targets_lib.value_maps(target)
   names = sparse.block_names(h, num_layers)
@@ -68,7 +72,7 @@ def compile_sparse(ut: sparse.SparseUT, target: targets_lib.Target
   for j in range(1, num_layers + 1):
     for s in [s for s in c if len(s) == j - 1]:
       for g in range(h):
-        c[s + (g,)] = c[s] @ v_all[j - 1, g]   # C_{s.g} = C_s V[|s|+1, g]
+        c[s + (g,)] = c[s] @ v_all[j - 1, g]  # C_{s.g} = C_s V[|s|+1, g]
   for i, name in enumerate(names):
     if name[0] == "s":
       blocks[i] = c[name[1]]
@@ -76,8 +80,15 @@ def compile_sparse(ut: sparse.SparseUT, target: targets_lib.Target
       _, head, s = name
       blocks[i] = np.sqrt(d) * c[s] @ b_all[len(s), head]
   embed = blocks.transpose(1, 0, 2).reshape(d, len(names) * d)
-  report = CompileReport("sparse", ut.m, len(names), float("nan"), 0.0, True,
-                         time.perf_counter() - start)
+  report = CompileReport(
+      "sparse",
+      ut.m,
+      len(names),
+      float("nan"),
+      0.0,
+      True,
+      time.perf_counter() - start,
+  )
   return _program(embed, target), report
 
 
@@ -107,31 +118,43 @@ def _with_identity(stack, residual):
   return np.concatenate([np.eye(stack.shape[-1])[None], stack], axis=0)
 
 
-def linear_system(ut: dict[str, np.ndarray], target: targets_lib.Target
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def linear_system(
+    ut: dict[str, np.ndarray], target: targets_lib.Target
+) -> tuple[np.ndarray, np.ndarray]:
   """Builds A (m, N) and Y (d, N) of the conditions (Q), (K), (O)."""
-  wq, wk, wv, unembed = (np.asarray(ut[key], np.float64)
-                         for key in ("wq", "wk", "wv", "unembed"))
+  wq, wk, wv, unembed = (
+      np.asarray(ut[key], np.float64) for key in ("wq", "wk", "wv", "unembed")
+  )
   h, num_layers, d = target.num_heads, target.num_layers, target.width
   lp, hu, m, ku = wq.shape
   if hu != h:
-    raise UserError(f"the UT has H={hu} heads but the target has H={h}; build the "
-                    f"UT with num_heads={h}")
+    raise UserError(
+        f"the UT has H={hu} heads but the target has H={h}; build the "
+        f"UT with num_heads={h}"
+    )
   if lp not in (1, num_layers):
-    raise UserError(f"the UT has {lp} weight layers but the target has L="
-                    f"{num_layers}; build it with num_layers={num_layers}")
+    raise UserError(
+        f"the UT has {lp} weight layers but the target has L="
+        f"{num_layers}; build it with num_layers={num_layers}"
+    )
   if ku < d:
-    raise UserError(f"k_u={ku} is smaller than the target width d={d}; the "
-                    f"conditions need k_u >= d (e.g. k_u={d})")
+    raise UserError(
+        f"k_u={ku} is smaller than the target width d={d}; the "
+        f"conditions need k_u >= d (e.g. k_u={d})"
+    )
   if unembed.shape[1] != d:
-    raise UserError(f"the UT read-out U has width {unembed.shape[1]}; it must "
-                    f"equal the target width d={d}")
+    raise UserError(
+        f"the UT read-out U has width {unembed.shape[1]}; it must "
+        f"equal the target width d={d}"
+    )
   residual = target.residual
   shared = lp == 1
   if residual and shared and not target.looped:
-    raise UserError("a shared (looped) residual UT simulates only looped residual "
-                    "targets; this target's layers differ: use a per-layer "
-                    "Gaussian UT (shared=False)")
+    raise UserError(
+        "a shared (looped) residual UT simulates only looped residual "
+        "targets; this target's layers differ: use a per-layer "
+        "Gaussian UT (shared=False)"
+    )
   b_all = targets_lib.bilinear_forms(target)
   v_all = targets_lib.value_maps(target)
   j_mat = np.eye(d, ku)
@@ -149,13 +172,14 @@ def linear_system(ut: dict[str, np.ndarray], target: targets_lib.Target
     o_lengths = list(range(num_layers + 1))
     use_identity = False
   else:
-    q_lengths = [(l, l) for l in range(num_layers)]   # layer l+1, |p| = l
+    q_lengths = [(l, l) for l in range(num_layers)]  # layer l+1, |p| = l
     o_lengths = [num_layers]
     use_identity = residual
   for length, layer in q_lengths:
     rv_seq = [_with_identity(rv(i), use_identity) for i in range(length)]
     c_p = _left_products(
-        [_with_identity(v_all[i], use_identity) for i in range(length)], d)
+        [_with_identity(v_all[i], use_identity) for i in range(length)], d
+    )
     lq = layer if not shared else 0
     for head in range(h):
       t = np.concatenate([wq[lq, head], wk[lq, head]], axis=1)
@@ -165,7 +189,8 @@ def linear_system(ut: dict[str, np.ndarray], target: targets_lib.Target
   for length in o_lengths:
     rv_seq = [_with_identity(rv(i), use_identity) for i in range(length)]
     c_p = _left_products(
-        [_with_identity(v_all[i], use_identity) for i in range(length)], d)
+        [_with_identity(v_all[i], use_identity) for i in range(length)], d
+    )
     add(_right_products(rv_seq, unembed), c_p)
   return np.concatenate(cols, axis=1), np.concatenate(rhs, axis=1)
 
@@ -175,9 +200,12 @@ def _lstsq(a, b):
   return jnp.linalg.lstsq(a, b, rcond=None)
 
 
-def compile_random(ut: dict[str, np.ndarray], target: targets_lib.Target, *,
-                   exact_tol: float = 1e-9
-                   ) -> tuple[dict[str, np.ndarray], CompileReport]:
+def compile_random(
+    ut: dict[str, np.ndarray],
+    target: targets_lib.Target,
+    *,
+    exact_tol: float = 1e-9,
+) -> tuple[dict[str, np.ndarray], CompileReport]:
   """Least-squares E for a Gaussian UT, in float64 (DESIGN §4).
 
   Returns (program, CompileReport). When m < N the system is overdetermined: E is
@@ -187,13 +215,20 @@ def compile_random(ut: dict[str, np.ndarray], target: targets_lib.Target, *,
   a, y = linear_system(ut, target)
   m, n = a.shape
   n_formula = bounds.random_threshold(
-      target.num_heads, target.num_layers, target.width, ut["wq"].shape[-1],
-      target.width, residual=target.residual,
-      shared=target.residual and ut["wq"].shape[0] == 1)
+      target.num_heads,
+      target.num_layers,
+      target.width,
+      ut["wq"].shape[-1],
+      target.width,
+      residual=target.residual,
+      shared=target.residual and ut["wq"].shape[0] == 1,
+  )
   assert n == n_formula, (n, n_formula)
   if not np.all(np.isfinite(a)):
-    raise UserError("the UT's path products overflowed (non-finite A); use a "
-                    "smaller L or the default N(0, 1/m) scaling")
+    raise UserError(
+        "the UT's path products overflowed (non-finite A); use a "
+        "smaller L or the default N(0, 1/m) scaling"
+    )
   with jax.enable_x64(True):  # XLA's SVD is ~10x faster than numpy's here.
     sol, _, _, sing = _lstsq(a.T, y.T)
   embed, sing = np.asarray(sol).T, np.asarray(sing)
@@ -201,18 +236,26 @@ def compile_random(ut: dict[str, np.ndarray], target: targets_lib.Target, *,
   rel = float(np.linalg.norm(embed @ a - y) / max(np.linalg.norm(y), 1e-300))
   exact = rel <= exact_tol
   if m < n:
-    warnings.warn(f"random UT width m={m} is below N={n}: the compiled E is a "
-                  f"least-squares fit (relative residual {rel:.2e}), not exact",
-                  stacklevel=2)
-  report = CompileReport("random", m, n, cond, rel, exact,
-                         time.perf_counter() - start)
+    warnings.warn(
+        f"random UT width m={m} is below N={n}: the compiled E is a "
+        f"least-squares fit (relative residual {rel:.2e}), not exact",
+        stacklevel=2,
+    )
+  report = CompileReport(
+      "random", m, n, cond, rel, exact, time.perf_counter() - start
+  )
   return _program(embed, target), report
 
 
-def smallest_exact_width(target: targets_lib.Target, *, seed: int = 0,
-                         lo: int = 1, hi: int | None = None,
-                         shared: bool = False,
-                         exact_tol: float = 1e-9) -> tuple[int, int]:
+def smallest_exact_width(
+    target: targets_lib.Target,
+    *,
+    seed: int = 0,
+    lo: int = 1,
+    hi: int | None = None,
+    shared: bool = False,
+    exact_tol: float = 1e-9,
+) -> tuple[int, int]:
   """Binary search for the smallest m at which the random compiler is exact.
 
   Each probe draws a Gaussian UT of width m (same seed) and compiles; exactness
@@ -220,8 +263,13 @@ def smallest_exact_width(target: targets_lib.Target, *, seed: int = 0,
   Returns (m, number of probes).
   """
   h, num_layers, d = target.num_heads, target.num_layers, target.width
-  n = bounds.random_threshold(h, num_layers, d, residual=target.residual,
-                              shared=shared and target.residual)
+  n = bounds.random_threshold(
+      h,
+      num_layers,
+      d,
+      residual=target.residual,
+      shared=shared and target.residual,
+  )
   hi = n if hi is None else hi
   probes = 0
 

@@ -29,18 +29,28 @@ DTYPES = ("float32", "float64")
 def ut_apply(ut, program, x_BxTxD, *, num_layers, causal, residual):
   """UT(X, E): the structured path for a `SparseUT`, the dense forward otherwise."""
   if isinstance(ut, sparse.SparseUT):
-    return sparse.sparse_apply(ut, program["embed"], x_BxTxD, causal=causal,
-                               residual=residual, readout=program["readout"])
+    return sparse.sparse_apply(
+        ut,
+        program["embed"],
+        x_BxTxD,
+        causal=causal,
+        residual=residual,
+        readout=program["readout"],
+    )
   params = dict(ut, embed=program["embed"], readout=program["readout"])
-  return transformer.forward(params, x_BxTxD, num_layers=num_layers,
-                             causal=causal, residual=residual)
+  return transformer.forward(
+      params, x_BxTxD, num_layers=num_layers, causal=causal, residual=residual
+  )
 
 
-@functools.partial(jax.jit, static_argnames=("num_layers", "causal", "residual"))
+@functools.partial(
+    jax.jit, static_argnames=("num_layers", "causal", "residual")
+)
 def batched_ut(ut, programs, x_GxBxTxD, *, num_layers, causal, residual):
   """UT outputs for G programs at once: (G, B, T, O)."""
-  fn = functools.partial(ut_apply, ut, num_layers=num_layers, causal=causal,
-                         residual=residual)
+  fn = functools.partial(
+      ut_apply, ut, num_layers=num_layers, causal=causal, residual=residual
+  )
   return jax.vmap(fn)(programs, x_GxBxTxD)
 
 
@@ -52,15 +62,20 @@ def batched_target(targets, x_GxBxTxD):
 
 def _cast(tree, dtype):
   return jax.tree.map(
-      lambda a: np.asarray(a, dtype) if np.issubdtype(np.asarray(a).dtype,
-                                                      np.floating) else a, tree)
+      lambda a: np.asarray(a, dtype)
+      if np.issubdtype(np.asarray(a).dtype, np.floating)
+      else a,
+      tree,
+  )
 
 
 def errors(y, ref):
   """(max_abs_err, max_rel_err) of y against ref, in float64."""
   diff = np.abs(np.asarray(y, np.float64) - np.asarray(ref, np.float64))
   max_abs = float(diff.max())
-  return max_abs, max_abs / max(float(np.abs(ref).max()), np.finfo(np.float64).tiny)
+  return max_abs, max_abs / max(
+      float(np.abs(ref).max()), np.finfo(np.float64).tiny
+  )
 
 
 def stack(trees):
@@ -75,15 +90,25 @@ def check(ut, programs, targets, x_GxBxTxD, *, dtypes=DTYPES):
   reference under "reference".
   """
   first = jax.tree.map(lambda a: a[0], targets)
-  kw = dict(num_layers=first.num_layers, causal=first.causal,
-            residual=first.residual)
+  kw = dict(
+      num_layers=first.num_layers, causal=first.causal, residual=first.residual
+  )
   with jax.enable_x64(True):
-    ref = np.asarray(batched_target(_cast(targets, np.float64),
-                                    np.asarray(x_GxBxTxD, np.float64)))
+    ref = np.asarray(
+        batched_target(
+            _cast(targets, np.float64), np.asarray(x_GxBxTxD, np.float64)
+        )
+    )
     result = {"reference": ref}
     for dtype in dtypes:
-      y = np.asarray(batched_ut(_cast(ut, dtype), _cast(programs, dtype),
-                                np.asarray(x_GxBxTxD, dtype), **kw))
+      y = np.asarray(
+          batched_ut(
+              _cast(ut, dtype),
+              _cast(programs, dtype),
+              np.asarray(x_GxBxTxD, dtype),
+              **kw,
+          )
+      )
       max_abs, max_rel = errors(y, ref)
       result[dtype] = dict(max_abs_err=max_abs, max_rel_err=max_rel, output=y)
   return result
@@ -104,14 +129,28 @@ def _build_random(target, *, seed, m, k_u, shared):
   d = target.width
   k_u = d if k_u is None else k_u
   if k_u < d:
-    raise UserError(f"k_u={k_u} is smaller than the target width d={d}; use "
-                    f"--config.k_u={d} or larger")
-  n = bounds.random_threshold(target.num_heads, target.num_layers, d, k_u, d,
-                              residual=target.residual,
-                              shared=shared and target.residual)
-  ut = gaussian.make_gaussian_ut(target.num_heads, target.num_layers,
-                                 n if m is None else m,
-                                 k_u, seed, out_width=d, shared=shared)
+    raise UserError(
+        f"k_u={k_u} is smaller than the target width d={d}; use "
+        f"--config.k_u={d} or larger"
+    )
+  n = bounds.random_threshold(
+      target.num_heads,
+      target.num_layers,
+      d,
+      k_u,
+      d,
+      residual=target.residual,
+      shared=shared and target.residual,
+  )
+  ut = gaussian.make_gaussian_ut(
+      target.num_heads,
+      target.num_layers,
+      n if m is None else m,
+      k_u,
+      seed,
+      out_width=d,
+      shared=shared,
+  )
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     program, report = compile_lib.compile_random(ut, target)
@@ -129,10 +168,15 @@ def build(target, construction, *, seed=0, m=None, k_u=None, shared=False):
   m (random only) defaults to N; k_u defaults to the target width d.
   """
   if construction not in CONSTRUCTIONS:
-    raise UserError(f"unknown construction ut={construction!r}; use one of "
-                    f"{sorted(CONSTRUCTIONS)}")
+    raise UserError(
+        f"unknown construction ut={construction!r}; use one of "
+        f"{sorted(CONSTRUCTIONS)}"
+    )
   if construction == "sparse" and (m is not None or k_u is not None):
-    raise UserError("the sparse UT's width is fixed by (H, L, d); drop "
-                    "--config.m and --config.k_u, or use --config.ut=random")
-  return CONSTRUCTIONS[construction](target, seed=seed, m=m, k_u=k_u,
-                                     shared=shared)
+    raise UserError(
+        "the sparse UT's width is fixed by (H, L, d); drop "
+        "--config.m and --config.k_u, or use --config.ut=random"
+    )
+  return CONSTRUCTIONS[construction](
+      target, seed=seed, m=m, k_u=k_u, shared=shared
+  )

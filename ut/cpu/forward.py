@@ -32,8 +32,10 @@ def apply(params, spec, tokens_BxT, precision=None):
   if spec.kind == "sparse":
     return _apply_sparse(params, spec, tokens_BxT, precision)
   t = tokens_BxT.shape[1]
-  z = (kernels.token_embed(tokens_BxT, params["embed"]["token"], precision)
-       + params["embed"]["position"][:t][None])
+  z = (
+      kernels.token_embed(tokens_BxT, params["embed"]["token"], precision)
+      + params["embed"]["position"][:t][None]
+  )
   ln = spec.variant != "attn"
   for layer in range(spec.num_layers):
     if layer == 0 and spec.kind == "random":
@@ -42,15 +44,21 @@ def apply(params, spec, tokens_BxT, precision=None):
       a = kernels.attention_layer(
           kernels.layer_norm(z) if ln else z,
           *transformer.layer_params(params["layers"], layer),
-          causal=spec.causal, precision=precision)
+          causal=spec.causal,
+          precision=precision,
+      )
     z = z + a if spec.residual else a
     if spec.variant == "res_ln_mlp":
       mlp = jax.tree.map(lambda w: w[layer], params["mlp"])
-      hidden = jax.nn.gelu(jnp.matmul(kernels.layer_norm(z), mlp["w1"],
-                                      precision=precision)
-                           + mlp["b1"][None, None])
-      z = (z + jnp.matmul(hidden, mlp["w2"], precision=precision)
-           + mlp["b2"][None, None])
+      hidden = jax.nn.gelu(
+          jnp.matmul(kernels.layer_norm(z), mlp["w1"], precision=precision)
+          + mlp["b1"][None, None]
+      )
+      z = (
+          z
+          + jnp.matmul(hidden, mlp["w2"], precision=precision)
+          + mlp["b2"][None, None]
+      )
   if ln:
     z = kernels.layer_norm(z)
   return kernels.unembed(z, params["unembed"], precision)
@@ -78,33 +86,43 @@ def _random_first_layer(params, spec, tokens_BxT, z_BxTxM, precision):
   ln = spec.variant != "attn"
   stats = kernels.level_stats([z_BxTxM]) if ln else None
   x_BxTxM = (z_BxTxM - stats[0]) * stats[1] if ln else z_BxTxM
-  a_BxHxTxS = kernels.attention_maps(x_BxTxM, wq, wk, causal=spec.causal,
-                                     precision=precision)
+  a_BxHxTxS = kernels.attention_maps(
+      x_BxTxM, wq, wk, causal=spec.causal, precision=precision
+  )
   cols_BxSxV = jax.nn.one_hot(tokens_BxT, v, dtype=z_BxTxM.dtype)
-  rows_HxVxM = jnp.einsum("vm,hmn->hvn", params["embed"]["token"], wv,
-                          precision=precision)
+  rows_HxVxM = jnp.einsum(
+      "vm,hmn->hvn", params["embed"]["token"], wv, precision=precision
+  )
   if ln:
     mean_BxSx1, inv_BxSx1 = stats
     a_BxHxTxS = a_BxHxTxS * inv_BxSx1[:, None, None, :, 0]
     cols_BxSxV = jnp.concatenate([cols_BxSxV, mean_BxSx1], axis=-1)
     rows_HxVxM = jnp.concatenate([rows_HxVxM, -wv.sum(1)[:, None]], axis=1)
-  pos_HxSxM = jnp.einsum("sm,hmn->hsn", params["embed"]["position"][:t], wv,
-                         precision=precision)
-  c_BxTxHxV = jnp.einsum("bhts,bsv->bthv", a_BxHxTxS, cols_BxSxV,
-                         precision=precision)
+  pos_HxSxM = jnp.einsum(
+      "sm,hmn->hsn", params["embed"]["position"][:t], wv, precision=precision
+  )
+  c_BxTxHxV = jnp.einsum(
+      "bhts,bsv->bthv", a_BxHxTxS, cols_BxSxV, precision=precision
+  )
   # One merge per reshape: a reshape that merges two pairs of axes fails on
   # sharded (swept) runs.
-  lhs = jnp.concatenate([a_BxHxTxS.transpose(0, 2, 1, 3), c_BxTxHxV],
-                        axis=-1).reshape(b, t, -1).reshape(b * t, -1)
+  lhs = (
+      jnp.concatenate([a_BxHxTxS.transpose(0, 2, 1, 3), c_BxTxHxV], axis=-1)
+      .reshape(b, t, -1)
+      .reshape(b * t, -1)
+  )
   rhs = jnp.concatenate([pos_HxSxM, rows_HxVxM], axis=1)
-  return kernels.batched_matmul(lhs, rhs.reshape(-1, rhs.shape[-1]),
-                                precision).reshape(b, t, -1)
+  return kernels.batched_matmul(
+      lhs, rhs.reshape(-1, rhs.shape[-1]), precision
+  ).reshape(b, t, -1)
 
 
 def _levels(ut, w, axis=-1):
   """w's axis of width m (in the sparse block order) as one part per level."""
-  return [jax.lax.slice_in_dim(w, s.start, s.stop, axis=axis % w.ndim)
-          for s in sparse.level_slices(ut)]
+  return [
+      jax.lax.slice_in_dim(w, s.start, s.stop, axis=axis % w.ndim)
+      for s in sparse.level_slices(ut)
+  ]
 
 
 def _route_levels(ut, levels, *, causal, precision, stats=None):
@@ -119,23 +137,30 @@ def _route_levels(ut, levels, *, causal, precision, stats=None):
   h = ut.num_heads
   b, t = levels[0].shape[:2]
   root = levels[0] if stats is None else (levels[0] - stats[0]) * stats[1]
-  a_BxHxTxT = kernels.attention_weights(*sparse.root_queries_keys(ut, root),
-                                        causal=causal, precision=precision)
+  a_BxHxTxT = kernels.attention_weights(
+      *sparse.root_queries_keys(ut, root), causal=causal, precision=precision
+  )
   a_BxTxTxH = a_BxHxTxT.transpose(0, 2, 3, 1)
   shift_BxTx1 = 0.0
   if stats is not None:
     mean_BxTx1, inv_BxTx1 = stats
-    shift_BxTx1 = jnp.einsum("btsh,bs->bt", a_BxTxTxH,
-                             (mean_BxTx1 * inv_BxTx1)[..., 0],
-                             precision=precision)[..., None]
+    shift_BxTx1 = jnp.einsum(
+        "btsh,bs->bt",
+        a_BxTxTxH,
+        (mean_BxTx1 * inv_BxTx1)[..., 0],
+        precision=precision,
+    )[..., None]
     a_BxTxTxH = a_BxTxTxH * inv_BxTx1[:, None]
   routed = [j for j in range(ut.num_layers) if levels[j + 1] is not None]
   # Split, then merge: a reshape that does both fails on sharded (swept) runs.
   out = kernels.batched_matmul(
       a_BxTxTxH.reshape(b, t, t * h),
-      [sparse.children_by_head(levels[j + 1], h).reshape(b, t * h, -1)
-       for j in routed],
-      precision)
+      [
+          sparse.children_by_head(levels[j + 1], h).reshape(b, t * h, -1)
+          for j in routed
+      ],
+      precision,
+  )
   new = {j: o - shift_BxTx1 for j, o in zip(routed, out)}
   return [new.get(j) for j in range(ut.num_layers)] + [None]
 
@@ -150,11 +175,16 @@ def _mlp(mlp, levels, precision):
   """
   z = jnp.concatenate(levels, axis=-1)
   hidden = jax.nn.gelu(
-      kernels.normed_matmul([z], [mlp["w1"]], kernels.level_stats([z]),
-                            precision)
-      + mlp["b1"][None, None])
-  z = (z + jnp.einsum("btf,fm->btm", hidden, mlp["w2"], precision=precision)
-       + mlp["b2"][None, None])
+      kernels.normed_matmul(
+          [z], [mlp["w1"]], kernels.level_stats([z]), precision
+      )
+      + mlp["b1"][None, None]
+  )
+  z = (
+      z
+      + jnp.einsum("btf,fm->btm", hidden, mlp["w2"], precision=precision)
+      + mlp["b2"][None, None]
+  )
   return jnp.split(z, np.cumsum([zj.shape[-1] for zj in levels])[:-1], axis=-1)
 
 
@@ -170,16 +200,27 @@ def _apply_sparse(params, spec, tokens_BxT, precision):
   ut = spec.sparse_ut
   h = ut.num_heads
   t = tokens_BxT.shape[1]
-  z = [kernels.token_embed(tokens_BxT, e, precision) + p[:t][None]
-       for e, p in zip(_levels(ut, params["embed"]["token"]),
-                       _levels(ut, params["embed"]["position"]))]
+  z = [
+      kernels.token_embed(tokens_BxT, e, precision) + p[:t][None]
+      for e, p in zip(
+          _levels(ut, params["embed"]["token"]),
+          _levels(ut, params["embed"]["position"]),
+      )
+  ]
   ln = spec.variant != "attn"
   for layer in range(spec.num_layers):
-    new = _route_levels(ut, z, causal=spec.causal, precision=precision,
-                        stats=kernels.level_stats(z) if ln else None)
+    new = _route_levels(
+        ut,
+        z,
+        causal=spec.causal,
+        precision=precision,
+        stats=kernels.level_stats(z) if ln else None,
+    )
     if spec.residual:
-      z = [zj if n is None else zj + sparse.pad_roles(n, zj.shape[-1], h**j)
-           for j, (zj, n) in enumerate(zip(z, new))]
+      z = [
+          zj if n is None else zj + sparse.pad_roles(n, zj.shape[-1], h**j)
+          for j, (zj, n) in enumerate(zip(z, new))
+      ]
     else:
       z = new
     if spec.variant == "res_ln_mlp":
@@ -188,5 +229,8 @@ def _apply_sparse(params, spec, tokens_BxT, precision):
   if ln:
     return kernels.normed_matmul(z, rows, kernels.level_stats(z), precision)
   # Without residuals only level 0 is left, narrowed to its state block.
-  return sum(jnp.einsum("btm,mc->btc", zj, u[:zj.shape[-1]], precision=precision)
-             for zj, u in zip(z, rows) if zj is not None)
+  return sum(
+      jnp.einsum("btm,mc->btc", zj, u[: zj.shape[-1]], precision=precision)
+      for zj, u in zip(z, rows)
+      if zj is not None
+  )

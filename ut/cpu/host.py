@@ -52,12 +52,15 @@ def cpu_expected(platforms=None):
     platforms = jax.config.jax_platforms
   if platforms:
     return platforms.split(",")[0].strip() == "cpu"
-  plugins = (importlib.util.find_spec("jax_plugins") is not None
-             or any(True for _ in importlib.metadata.entry_points(
-                 group="jax_plugins")))
-  return not (plugins or importlib.util.find_spec("libtpu") is not None
-              or os.environ.get("TPU_LIBRARY_PATH")
-              or os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS"))
+  plugins = importlib.util.find_spec("jax_plugins") is not None or any(
+      True for _ in importlib.metadata.entry_points(group="jax_plugins")
+  )
+  return not (
+      plugins
+      or importlib.util.find_spec("libtpu") is not None
+      or os.environ.get("TPU_LIBRARY_PATH")
+      or os.environ.get("PJRT_NAMES_AND_LIBRARY_PATHS")
+  )
 
 
 def tune_malloc():
@@ -71,9 +74,11 @@ def tune_malloc():
   """
   try:
     libc = ctypes.CDLL("libc.so.6")
-    return bool(libc.mallopt(-8, 1)          # M_ARENA_MAX: one arena.
-                and libc.mallopt(-4, 0)      # M_MMAP_MAX: no mmap for large blocks.
-                and libc.mallopt(-1, 2**30))  # M_TRIM_THRESHOLD: keep 1 GiB.
+    return bool(
+        libc.mallopt(-8, 1)  # M_ARENA_MAX: one arena.
+        and libc.mallopt(-4, 0)  # M_MMAP_MAX: no mmap for large blocks.
+        and libc.mallopt(-1, 2**30)
+    )  # M_TRIM_THRESHOLD: keep 1 GiB.
   except (OSError, AttributeError):
     return False
 
@@ -102,5 +107,6 @@ def microbatches(batch_size, num_tokens, *, kind, width):
   if not on_cpu():
     return 1
   most = max(1, batch_size * num_tokens * width // MICROBATCH_ELEMENTS[kind])
-  return max(n for n in range(1, min(most, batch_size) + 1)
-             if batch_size % n == 0)
+  return max(
+      n for n in range(1, min(most, batch_size) + 1) if batch_size % n == 0
+  )

@@ -29,8 +29,12 @@ def batched_matmul(a_BxRxS, x_BxSxN, precision=HIGHEST):
   dot whose left operand contracts over its rows with a generic, much slower
   kernel (worst for a one-hot).
   """
-  return jax.tree.map(lambda x: jnp.einsum("...rs,...sn->...rn", a_BxRxS, x,
-                                           precision=precision), x_BxSxN)
+  return jax.tree.map(
+      lambda x: jnp.einsum(
+          "...rs,...sn->...rn", a_BxRxS, x, precision=precision
+      ),
+      x_BxSxN,
+  )
 
 
 def _batched_matmul_fwd(a_BxRxS, x_BxSxN, precision):
@@ -42,10 +46,16 @@ def _batched_matmul_fwd(a_BxRxS, x_BxSxN, precision):
 def _batched_matmul_bwd(precision, res, g_BxRxN):
   a_BxSxR, x_BxSxN = res
   pairs = zip(jax.tree.leaves(g_BxRxN), jax.tree.leaves(x_BxSxN))
-  da = sum(jnp.einsum("...rn,...sn->...rs", g, x, precision=precision)
-           for g, x in pairs)
-  dx = jax.tree.map(lambda g: jnp.einsum("...sr,...rn->...sn", a_BxSxR, g,
-                                         precision=precision), g_BxRxN)
+  da = sum(
+      jnp.einsum("...rn,...sn->...rs", g, x, precision=precision)
+      for g, x in pairs
+  )
+  dx = jax.tree.map(
+      lambda g: jnp.einsum(
+          "...sr,...rn->...sn", a_BxSxR, g, precision=precision
+      ),
+      g_BxRxN,
+  )
   return da, dx
 
 
@@ -62,7 +72,7 @@ def row_max(x):
   w = x.shape[-1]
   while w > 1:
     h = (w + 1) // 2
-    x = jnp.maximum(x[..., :h], x[..., w - h:])
+    x = jnp.maximum(x[..., :h], x[..., w - h :])
     w = h
   return x
 
@@ -94,29 +104,41 @@ softmax.defvjp(_softmax_fwd, _softmax_bwd)
 def attention_weights(q_BxHxTxK, k_BxHxTxK, *, causal, precision=HIGHEST):
   """`transformer.attention_weights` with `batched_matmul` and `softmax`."""
   scale = 1.0 / jnp.sqrt(jnp.asarray(q_BxHxTxK.shape[-1], q_BxHxTxK.dtype))
-  s_BxHxTxT = batched_matmul(q_BxHxTxK, k_BxHxTxK.swapaxes(-1, -2),
-                             precision) * scale
+  s_BxHxTxT = (
+      batched_matmul(q_BxHxTxK, k_BxHxTxK.swapaxes(-1, -2), precision) * scale
+  )
   if causal:
     t = s_BxHxTxT.shape[-1]
     mask_TxT = jnp.tril(jnp.ones((t, t), dtype=bool))
-    s_BxHxTxT = jnp.where(mask_TxT[None, None], s_BxHxTxT,
-                          jnp.finfo(s_BxHxTxT.dtype).min)
+    s_BxHxTxT = jnp.where(
+        mask_TxT[None, None], s_BxHxTxT, jnp.finfo(s_BxHxTxT.dtype).min
+    )
   return softmax(s_BxHxTxT)
 
 
 def attention_maps(x_BxTxW, wq_HxWxK, wk_HxWxK, *, causal, precision=HIGHEST):
   """`transformer.attention_maps`, Q and K of every head from one matmul."""
   wqk_Wx2xHxK = jnp.stack([wq_HxWxK, wk_HxWxK]).transpose(2, 0, 1, 3)
-  qk_BxTx2xHxK = jnp.einsum("btw,wchk->btchk", x_BxTxW, wqk_Wx2xHxK,
-                            precision=precision)
+  qk_BxTx2xHxK = jnp.einsum(
+      "btw,wchk->btchk", x_BxTxW, wqk_Wx2xHxK, precision=precision
+  )
   q_BxHxTxK = qk_BxTx2xHxK[:, :, 0].transpose(0, 2, 1, 3)
   k_BxHxTxK = qk_BxTx2xHxK[:, :, 1].transpose(0, 2, 1, 3)
-  return attention_weights(q_BxHxTxK, k_BxHxTxK, causal=causal,
-                           precision=precision)
+  return attention_weights(
+      q_BxHxTxK, k_BxHxTxK, causal=causal, precision=precision
+  )
 
 
-def attention_layer(x_BxTxW, wq_HxWxK, wk_HxWxK, wv_HxWxV, wo_HxVxW=None, *,
-                    causal, precision=HIGHEST):
+def attention_layer(
+    x_BxTxW,
+    wq_HxWxK,
+    wk_HxWxK,
+    wv_HxWxV,
+    wo_HxVxW=None,
+    *,
+    causal,
+    precision=HIGHEST,
+):
   """`transformer.attention_layer` laid out so that no (B, H, T, W) array is
   transposed.
 
@@ -124,16 +146,23 @@ def attention_layer(x_BxTxW, wq_HxWxK, wk_HxWxK, wv_HxWxV, wo_HxVxW=None, *,
   sum_h (A_h X) wv_h is one batched matmul with rows (t, h) and one matmul
   contracting (h, w).
   """
-  a_BxHxTxT = attention_maps(x_BxTxW, wq_HxWxK, wk_HxWxK, causal=causal,
-                             precision=precision)
+  a_BxHxTxT = attention_maps(
+      x_BxTxW, wq_HxWxK, wk_HxWxK, causal=causal, precision=precision
+  )
   if wo_HxVxW is None and wv_HxWxV.shape[-1] == x_BxTxW.shape[-1]:
     b, t, w = x_BxTxW.shape
     h = wv_HxWxV.shape[0]
     a_BxTHxT = a_BxHxTxT.transpose(0, 2, 1, 3).reshape(b, t * h, t)
     ax_BxTHxW = batched_matmul(a_BxTHxT, x_BxTxW, precision)
-    return jnp.einsum("bthw,hwv->btv", ax_BxTHxW.reshape(b, t, h, w), wv_HxWxV,
-                      precision=precision)
-  v_BxHxTxV = jnp.einsum("btw,hwv->bhtv", x_BxTxW, wv_HxWxV, precision=precision)
+    return jnp.einsum(
+        "bthw,hwv->btv",
+        ax_BxTHxW.reshape(b, t, h, w),
+        wv_HxWxV,
+        precision=precision,
+    )
+  v_BxHxTxV = jnp.einsum(
+      "btw,hwv->bhtv", x_BxTxW, wv_HxWxV, precision=precision
+  )
   o_BxHxTxV = batched_matmul(a_BxHxTxT, v_BxHxTxV, precision)
   if wo_HxVxW is None:
     return o_BxHxTxV.sum(axis=1)
@@ -151,8 +180,9 @@ def level_stats(levels, eps=1e-5):
   in full either way.
   """
   m = sum(z.shape[-1] for z in levels)
-  rowsum = lambda x: jnp.matmul(x, jnp.ones((x.shape[-1], 1), x.dtype),
-                                precision=HIGHEST)
+  rowsum = lambda x: jnp.matmul(
+      x, jnp.ones((x.shape[-1], 1), x.dtype), precision=HIGHEST
+  )
   mean = sum(rowsum(z) for z in levels) / m
   var = sum(rowsum(jnp.square(z - mean)) for z in levels) / m
   return mean, jax.lax.rsqrt(var + eps)
@@ -172,10 +202,14 @@ def normed_matmul(levels, rows, stats, precision):
   leading ones are used); a None level is skipped. stats = `level_stats(levels)`.
   """
   mean, inv = stats
-  zw = sum(jnp.einsum("btm,mf->btf", z, w[:z.shape[-1]], precision=precision)
-           for z, w in zip(levels, rows) if z is not None)
-  colsum = sum(w[:z.shape[-1]].sum(0) for z, w in zip(levels, rows)
-               if z is not None)
+  zw = sum(
+      jnp.einsum("btm,mf->btf", z, w[: z.shape[-1]], precision=precision)
+      for z, w in zip(levels, rows)
+      if z is not None
+  )
+  colsum = sum(
+      w[: z.shape[-1]].sum(0) for z, w in zip(levels, rows) if z is not None
+  )
   return inv * (zw - mean * colsum[None, None])
 
 
@@ -187,8 +221,9 @@ def token_embed(tokens_BxT, table_VxM, precision=None):
   of the one-hot (XLA CPU otherwise transposes dZ and runs a generic kernel).
   """
   b, t = tokens_BxT.shape
-  onehot_NxV = jax.nn.one_hot(tokens_BxT.reshape(b * t), table_VxM.shape[0],
-                              dtype=table_VxM.dtype)
+  onehot_NxV = jax.nn.one_hot(
+      tokens_BxT.reshape(b * t), table_VxM.shape[0], dtype=table_VxM.dtype
+  )
   return batched_matmul(onehot_NxV, table_VxM, precision).reshape(b, t, -1)
 
 
@@ -211,7 +246,9 @@ def _unembed_bwd(precision, res, g_BxTxC):
   z_BxTxM, u_MxC = res
   c = u_MxC.shape[1]
   if c <= 8:
-    dz = sum(g_BxTxC[..., i:i + 1] * u_MxC[None, None, :, i] for i in range(c))
+    dz = sum(
+        g_BxTxC[..., i : i + 1] * u_MxC[None, None, :, i] for i in range(c)
+    )
   else:
     dz = jnp.einsum("btc,mc->btm", g_BxTxC, u_MxC, precision=precision)
   du = jnp.einsum("btc,btm->cm", g_BxTxC, z_BxTxM, precision=precision).T

@@ -70,8 +70,9 @@ def worker_order(units, index, count, *, cost, memory_bound):  # pylint: disable
   if count < 2:
     return units
   first = index % 2 == 0
-  return ([u for u in units if memory_bound(u) == first]
-          + [u for u in units if memory_bound(u) != first])
+  return [u for u in units if memory_bound(u) == first] + [
+      u for u in units if memory_bound(u) != first
+  ]
 
 
 def pin_to(cpus, parent):
@@ -101,10 +102,14 @@ def run_pinned(commands):
       with warnings.catch_warnings():
         # JAX warns that forking its threads may deadlock; the child runs only
         # `pin_to` and then execs a new Python, so it cannot.
-        warnings.filterwarnings("ignore", r"os\.fork\(\) was called",
-                                RuntimeWarning)
-        procs.append(subprocess.Popen(argv, preexec_fn=functools.partial(
-            pin_to, cpus, os.getpid())))
+        warnings.filterwarnings(
+            "ignore", r"os\.fork\(\) was called", RuntimeWarning
+        )
+        procs.append(
+            subprocess.Popen(
+                argv, preexec_fn=functools.partial(pin_to, cpus, os.getpid())
+            )
+        )
     return [p.wait() for p in procs]
   finally:
     for p in procs:

@@ -32,13 +32,16 @@ SPLITS = ("valid", "test")
 
 def _task(config):
   if config.task != "dyck":
-    raise UserError(f"the Dyck protocol needs a Dyck config; got task "
-                    f"{config.task!r}")
+    raise UserError(
+        f"the Dyck protocol needs a Dyck config; got task " f"{config.task!r}"
+    )
   task = data_lib.make_task(config)
   if not task.sets:
-    raise UserError("this Dyck config has no fixed held-out sets; set "
-                    "config.data.valid_num and config.data.test_num (as "
-                    "configs/dyck.py does)")
+    raise UserError(
+        "this Dyck config has no fixed held-out sets; set "
+        "config.data.valid_num and config.data.test_num (as "
+        "configs/dyck.py does)"
+    )
   return task
 
 
@@ -63,25 +66,34 @@ def seen_in_training(config, task=None):
 
 def _short_balanced_total(max_len):
   """The number of balanced strings of 2..min(SHORT, max_len) brackets."""
-  return sum(math.comb(2 * n, n) // (n + 1)
-             for n in range(1, min(dyck.SHORT, max_len) // 2 + 1))
+  return sum(
+      math.comb(2 * n, n) // (n + 1)
+      for n in range(1, min(dyck.SHORT, max_len) // 2 + 1)
+  )
 
 
 def split_summary(task, split):
   """Sizes of one held-out set: num, distinct strings, balanced share."""
   tokens_BxT, labels_B = task.sets[split]
-  return dict(num=len(tokens_BxT),
-              distinct=len(np.unique(dyck.keys(tokens_BxT))),
-              balanced=float(labels_B.mean()))
+  return dict(
+      num=len(tokens_BxT),
+      distinct=len(np.unique(dyck.keys(tokens_BxT))),
+      balanced=float(labels_B.mean()),
+  )
 
 
 def short_balanced_held_out(task):
   """dict(held_out, total): the distinct balanced strings of at most SHORT
   brackets in the held-out sets, and how many such strings there are."""
-  texts = {t for s in _splits(task) for t in dyck.decode(task.sets[s][0])
-           if len(t) <= dyck.SHORT and dyck.is_balanced(t)}
-  return dict(held_out=len(texts),
-              total=_short_balanced_total(task.cfg.max_len))
+  texts = {
+      t
+      for s in _splits(task)
+      for t in dyck.decode(task.sets[s][0])
+      if len(t) <= dyck.SHORT and dyck.is_balanced(t)
+  }
+  return dict(
+      held_out=len(texts), total=_short_balanced_total(task.cfg.max_len)
+  )
 
 
 def counting_report(config, task=None):
@@ -93,10 +105,12 @@ def counting_report(config, task=None):
   for split in _splits(task):
     tokens_BxT, labels_B = task.sets[split]
     texts = dyck.decode(tokens_BxT)
-    out[split] = dict(split_summary(task, split),
-                      counting=dyck.breakdown(texts, labels_B,
-                                              dyck.counting_baseline(texts),
-                                              task.cfg.max_len))
+    out[split] = dict(
+        split_summary(task, split),
+        counting=dyck.breakdown(
+            texts, labels_B, dyck.counting_baseline(texts), task.cfg.max_len
+        ),
+    )
   out["short_balanced"] = short_balanced_held_out(task)
   return out
 
@@ -106,16 +120,21 @@ def workdir_report(workdir):
   model=breakdown, counting=breakdown)}, with the run's step."""
   model = evaluate.load(workdir)
   if not isinstance(model.task, data_lib.Dyck) or not model.task.sets:
-    raise UserError(f"{model.workdir} is not a Dyck run with fixed held-out "
-                    f"sets (configs/dyck.py has them)")
+    raise UserError(
+        f"{model.workdir} is not a Dyck run with fixed held-out "
+        f"sets (configs/dyck.py has them)"
+    )
   out = dict(step=model.step, workdir=model.workdir)
   for split in _splits(model.task):
     out[split] = dict(
         split_summary(model.task, split),
         **model.task.breakdown(
             model.task.held_out(split),
-            evaluate.predict_classes(model.params, model.spec,
-                                     model.task.held_out(split)["tokens"])))
+            evaluate.predict_classes(
+                model.params, model.spec, model.task.held_out(split)["tokens"]
+            ),
+        ),
+    )
   return out
 
 
@@ -124,20 +143,26 @@ def breakdown_rows(columns):
   part (all, length buckets, subsets, short balanced), 'n' and accuracy (%)
   cells per column."""
   first = next(iter(columns.values()))
-  parts = ([("all", lambda b: b)] +
-           [(f"length {k}", lambda b, k=k: b["by_length"][k])
-            for k in first["by_length"]] +
-           [(name.replace("_", " "), lambda b, n=name: b["by_subset"][n])
-            for name in dyck.SUBSETS] +
-           [(f"short balanced (<= {dyck.SHORT})",
-             lambda b: b["short_balanced"])])
+  parts = (
+      [("all", lambda b: b)]
+      + [
+          (f"length {k}", lambda b, k=k: b["by_length"][k])
+          for k in first["by_length"]
+      ]
+      + [
+          (name.replace("_", " "), lambda b, n=name: b["by_subset"][n])
+          for name in dyck.SUBSETS
+      ]
+      + [(f"short balanced (<= {dyck.SHORT})", lambda b: b["short_balanced"])]
+  )
   rows = []
   for label, get in parts:
     row = dict(part=label)
     for name, b in columns.items():
       cell = get(b)
       row[f"{name} n"] = cell["num"]
-      row[f"{name} %"] = ("" if cell["accuracy"] is None
-                          else f"{100 * cell['accuracy']:.2f}")
+      row[f"{name} %"] = (
+          "" if cell["accuracy"] is None else f"{100 * cell['accuracy']:.2f}"
+      )
     rows.append(row)
   return rows

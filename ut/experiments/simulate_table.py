@@ -29,34 +29,59 @@ def run_target_file(config):
   Writes Y (B, n, d_out) to config.out and a JSON report beside it.
   """
   if not config.inputs or not config.out:
-    raise UserError("with --config.target also pass --config.inputs=X.npy "
-                    "(B, n, d) and --config.out=Y.npy")
+    raise UserError(
+        "with --config.target also pass --config.inputs=X.npy "
+        "(B, n, d) and --config.out=Y.npy"
+    )
   if not config.out.endswith(".npy"):
     raise UserError(f"--config.out={config.out!r} must end in .npy")
   report_path = _sibling_json(config.out)
   reports.refuse_existing([config.out, report_path], config.overwrite)
   if config.ut not in simulate.CONSTRUCTIONS:  # Fail before any compute.
-    raise UserError(f"unknown construction ut={config.ut!r}; use one of "
-                    f"{sorted(simulate.CONSTRUCTIONS)}")
+    raise UserError(
+        f"unknown construction ut={config.ut!r}; use one of "
+        f"{sorted(simulate.CONSTRUCTIONS)}"
+    )
   target = targets_lib.load(config.target)
   x = targets_lib.load_inputs(config.inputs, target.width)
-  ut, program, creport = simulate.build(target, config.ut, seed=config.seed, m=config.m,
-                                k_u=config.k_u, shared=config.shared)
+  ut, program, creport = simulate.build(
+      target,
+      config.ut,
+      seed=config.seed,
+      m=config.m,
+      k_u=config.k_u,
+      shared=config.shared,
+  )
   dtype = "float64" if config.x64 else "float32"
   start = time.perf_counter()
-  result = simulate.check(ut, simulate.stack([program]), simulate.stack([target]), x[None], dtypes=(dtype,))
+  result = simulate.check(
+      ut,
+      simulate.stack([program]),
+      simulate.stack([target]),
+      x[None],
+      dtypes=(dtype,),
+  )
   seconds = time.perf_counter() - start
   y = result[dtype]["output"][0]
   h, num_layers, d = target.num_heads, target.num_layers, target.width
   report = {
       "construction": config.ut,
       "m": creport.m,
-      "N": (creport.num_conditions if config.ut == "random" else
-            bounds.random_threshold(h, num_layers, d, residual=target.residual)),
+      "N": (
+          creport.num_conditions
+          if config.ut == "random"
+          else bounds.random_threshold(
+              h, num_layers, d, residual=target.residual
+          )
+      ),
       "sparse_width": bounds.sparse_width(h, num_layers, d),
       "lower_bound": bounds.lower_bound(h, num_layers),
-      "H": h, "L": num_layers, "d": d, "d_out": target.out_width,
-      "causal": target.causal, "residual": target.residual,
+      "H": h,
+      "L": num_layers,
+      "d": d,
+      "d_out": target.out_width,
+      "causal": target.causal,
+      "residual": target.residual,
       "looped": target.looped,
       "dtype": dtype,
       "max_abs_err": result[dtype]["max_abs_err"],
@@ -83,22 +108,40 @@ def table_row(num_heads, num_layers, width, config):
   key = jax.random.PRNGKey(config.seed)
   gens = []
   for i in range(config.num_targets):
-    gens.append(targets_lib.init(jax.random.fold_in(key, i), num_heads=num_heads,
-                                 num_layers=num_layers, width=width,
-                                 causal=config.causal).astype(np.float64))
+    gens.append(
+        targets_lib.init(
+            jax.random.fold_in(key, i),
+            num_heads=num_heads,
+            num_layers=num_layers,
+            width=width,
+            causal=config.causal,
+        ).astype(np.float64)
+    )
   rng = np.random.default_rng(config.seed)
-  x = rng.standard_normal((config.num_targets, config.batch, config.seq_len, width))
-  row = {"H": num_heads, "L": num_layers, "d": width,
-         "sparse_m": bounds.sparse_width(num_heads, num_layers, width),
-         "N": bounds.random_threshold(num_heads, num_layers, width),
-         "lower_bound": bounds.lower_bound(num_heads, num_layers)}
+  x = rng.standard_normal(
+      (config.num_targets, config.batch, config.seq_len, width)
+  )
+  row = {
+      "H": num_heads,
+      "L": num_layers,
+      "d": width,
+      "sparse_m": bounds.sparse_width(num_heads, num_layers, width),
+      "N": bounds.random_threshold(num_heads, num_layers, width),
+      "lower_bound": bounds.lower_bound(num_heads, num_layers),
+  }
   if config.search_min_m:
     row["min_exact_m"], _ = compile_lib.smallest_exact_width(
-        gens[0], seed=config.seed)
+        gens[0], seed=config.seed
+    )
   for name in simulate.CONSTRUCTIONS:
     # One UT (same seed) serves every target; each target has its own program.
     built = [simulate.build(t, name, seed=config.seed) for t in gens]
-    result = simulate.check(built[0][0], simulate.stack([b[1] for b in built]), simulate.stack(gens), x)
+    result = simulate.check(
+        built[0][0],
+        simulate.stack([b[1] for b in built]),
+        simulate.stack(gens),
+        x,
+    )
     row[f"{name}_f32_rel"] = result["float32"]["max_rel_err"]
     row[f"{name}_f64_abs"] = result["float64"]["max_abs_err"]
     if name == "random":
@@ -111,22 +154,37 @@ def run_table(config, workdir):
   """The bounds-and-errors table over config.grid; writes CSV + JSON to workdir."""
   targets_lib.check_grid(config.grid)
   targets_lib.check_seed(config.seed, "config.seed")
-  targets_lib.check_positive(**{"config.num_targets": config.num_targets,
-                                "config.batch": config.batch,
-                                "config.seq_len": config.seq_len})
+  targets_lib.check_positive(
+      **{
+          "config.num_targets": config.num_targets,
+          "config.batch": config.batch,
+          "config.seq_len": config.seq_len,
+      }
+  )
   csv_path = os.path.join(workdir, "simulate_table.csv")
   json_path = os.path.join(workdir, "simulate_table.json")
-  reports.refuse_existing([csv_path, json_path,
-                           os.path.join(workdir, "simulate_table.md")],
-                          config.overwrite)
+  reports.refuse_existing(
+      [csv_path, json_path, os.path.join(workdir, "simulate_table.md")],
+      config.overwrite,
+  )
   rows = []
   for i, (h, num_layers, d) in enumerate(config.grid):
     rows.append(table_row(h, num_layers, d, config))
-    logging.info("row %d/%d (H=%d, L=%d, d=%d) done in %.1fs", i + 1,
-                 len(config.grid), h, num_layers, d, rows[-1]["seconds"])
+    logging.info(
+        "row %d/%d (H=%d, L=%d, d=%d) done in %.1fs",
+        i + 1,
+        len(config.grid),
+        h,
+        num_layers,
+        d,
+        rows[-1]["seconds"],
+    )
   reports.write_csv(csv_path, rows)
-  reports.write_json(json_path, {"rows": rows,
-                                 "provenance": reports.provenance(config)})
-  reports.write_text(os.path.join(workdir, "simulate_table.md"),
-                     reports.format_table(rows) + "\n")
+  reports.write_json(
+      json_path, {"rows": rows, "provenance": reports.provenance(config)}
+  )
+  reports.write_text(
+      os.path.join(workdir, "simulate_table.md"),
+      reports.format_table(rows) + "\n",
+  )
   return rows

@@ -63,12 +63,15 @@ def load_config_module(path):
   if not os.path.isfile(path):
     raise UserError(f"config file {path!r} does not exist")
   spec = importlib.util.spec_from_file_location(
-      "sweep_config_" + re.sub(r"\W", "_", path), path)
+      "sweep_config_" + re.sub(r"\W", "_", path), path
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   if not hasattr(module, "sweep"):
-    raise UserError(f"{path} has no sweep(add) function; add one, e.g. "
-                    f"def sweep(add): add('seed=0'); add('seed=1')")
+    raise UserError(
+        f"{path} has no sweep(add) function; add one, e.g. "
+        f"def sweep(add): add('seed=0'); add('seed=1')"
+    )
   return module
 
 
@@ -77,12 +80,16 @@ def _set(config, dotted, value):
   node = config
   for p in parents:
     if p not in node or not hasattr(node[p], "keys"):
-      raise UserError(f"sweep override {dotted!r}: no such config field "
-                      f"(fields here: {', '.join(sorted(node))})")
+      raise UserError(
+          f"sweep override {dotted!r}: no such config field "
+          f"(fields here: {', '.join(sorted(node))})"
+      )
     node = node[p]
   if leaf not in node:
-    raise UserError(f"sweep override {dotted!r}: no such config field "
-                    f"(fields here: {', '.join(sorted(node))})")
+    raise UserError(
+        f"sweep override {dotted!r}: no such config field "
+        f"(fields here: {', '.join(sorted(node))})"
+    )
   node[leaf] = value
 
 
@@ -94,8 +101,11 @@ def collect_runs(module, arg=None):
     config = module.get_config(arg)
     for key, value in overrides.items():
       _set(config, key, value)
-    name = re.sub(r"[^\w.=-]+", "_", ",".join(
-        [arg] + [f"{k}={v}" for k, v in sorted(overrides.items())])).strip("_,")
+    name = re.sub(
+        r"[^\w.=-]+",
+        "_",
+        ",".join([arg] + [f"{k}={v}" for k, v in sorted(overrides.items())]),
+    ).strip("_,")
     runs.append((name or "default", config))
 
   if arg is None:
@@ -147,39 +157,56 @@ def train_group(configs):
   runs = list(configs) + [configs[-1]] * (-len(configs) % mesh.size)  # Pad.
   # Each run's own spec: runs of a group may differ in model.ut_seed, which
   # draws the frozen weights (`models.init`); the shapes are the same.
-  states = [train.init_state(c, train.model_spec(c, task.info))[0] for c in runs]
+  states = [
+      train.init_state(c, train.model_spec(c, task.info))[0] for c in runs
+  ]
   tx, _ = train.make_optimizer(first, states[0].params, spec)
   shard = NamedSharding(mesh, P("runs"))
   # Metrics are copied to every device, so that every process reads them all.
-  step_fn = jax.jit(jax.vmap(functools.partial(train.train_step, spec=spec, tx=tx)),
-                    in_shardings=(shard, shard),
-                    out_shardings=(shard, NamedSharding(mesh, P())),
-                    donate_argnums=0, **train.compiler_options(first))
+  step_fn = jax.jit(
+      jax.vmap(functools.partial(train.train_step, spec=spec, tx=tx)),
+      in_shardings=(shard, shard),
+      out_shardings=(shard, NamedSharding(mesh, P())),
+      donate_argnums=0,
+      **train.compiler_options(first),
+  )
   held_out = [train.eval_batches(c, task) for c in configs]
 
   def evaluate(state, indices):
     params = _fetch(state.params)
-    return {i: train.held_out_metrics(_run(params, i), spec, held_out[i])
-            for i in indices}
+    return {
+        i: train.held_out_metrics(_run(params, i), spec, held_out[i])
+        for i in indices
+    }
 
   result = train.train_loop(
-      _place(_stack(states), shard), step_fn,
-      lambda step: _place(_stack([train.train_batch(c, task, step)
-                                  for c in runs]), shard),
-      configs, evaluate=evaluate,
-      name=f"group of {len(configs)} runs on {mesh.size} device(s)")
+      _place(_stack(states), shard),
+      step_fn,
+      lambda step: _place(
+          _stack([train.train_batch(c, task, step) for c in runs]), shard
+      ),
+      configs,
+      evaluate=evaluate,
+      name=f"group of {len(configs)} runs on {mesh.size} device(s)",
+  )
   params = _fetch(result.state.params)
-  return [_diverged(config, result.diverged[i]) if i in result.diverged
-          else train.run_summary(config, spec, _run(params, i), result, i,
-                                 task)
-          for i, config in enumerate(configs)]
+  return [
+      _diverged(config, result.diverged[i])
+      if i in result.diverged
+      else train.run_summary(config, spec, _run(params, i), result, i, task)
+      for i, config in enumerate(configs)
+  ]
 
 
 def _place(tree, sharding):
   """Host arrays, the same in every process, as global arrays laid out by
   `sharding`: each process places only its own devices' shards."""
-  return jax.tree.map(lambda a: jax.make_array_from_callback(
-      a.shape, sharding, lambda index: a[index]), tree)
+  return jax.tree.map(
+      lambda a: jax.make_array_from_callback(
+          a.shape, sharding, lambda index: a[index]
+      ),
+      tree,
+  )
 
 
 def _fetch(tree):
@@ -196,8 +223,13 @@ def _run(stacked, i):
 def _diverged(config, diagnosis):
   """The record of a run whose training loss became NaN or inf: rerunning it
   would diverge again, so the sweep records it (accuracy NaN) and goes on."""
-  return dict(eval_accuracy=math.nan, diverged=diagnosis, task=config.task,
-              kind=config.model.kind, variant=config.model.variant)
+  return dict(
+      eval_accuracy=math.nan,
+      diverged=diagnosis,
+      task=config.task,
+      kind=config.model.kind,
+      variant=config.model.variant,
+  )
 
 
 def use_vmap(batching):
@@ -211,15 +243,23 @@ def use_vmap(batching):
   if batching not in ("auto", "vmap", "sequential"):
     raise UserError(f"--batching={batching!r}; use auto, vmap or sequential")
   if batching == "sequential" and jax.process_count() > 1:
-    raise UserError(f"--batching=sequential trains in one process, but there "
-                    f"are {jax.process_count()}; use --batching=auto or vmap")
+    raise UserError(
+        f"--batching=sequential trains in one process, but there "
+        f"are {jax.process_count()}; use --batching=auto or vmap"
+    )
   if batching == "auto":
     return jax.device_count() > 1 or jax.default_backend() != "cpu"
   return batching == "vmap"
 
 
-def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
-              worker=None, started=None):
+def run_sweep(
+    config_path,
+    workdir,
+    batching="auto",
+    aggregate_only=False,
+    worker=None,
+    started=None,
+):
   """Runs every unfinished run of the config's sweep; returns the aggregate rows.
 
   aggregate_only: train nothing; tabulate the finished runs and name the rest.
@@ -243,28 +283,46 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     groups.setdefault(group_key(config), []).append((name, config))
   done = _done_in_every_process(workdir, runs)
   todo = sum(1 for name, _ in runs if not done[name])
-  logging.info("%d runs in %d shape groups; %d to do, %d device(s) in %d "
-               "process(es)", len(runs), len(groups), todo, jax.device_count(),
-               jax.process_count())
+  logging.info(
+      "%d runs in %d shape groups; %d to do, %d device(s) in %d " "process(es)",
+      len(runs),
+      len(groups),
+      todo,
+      jax.device_count(),
+      jax.process_count(),
+  )
   started = time.time() if started is None else started
   vmapped = use_vmap(batching)
-  logging.info("batching: %s", "vmapped groups over a device mesh" if vmapped
-               else "one run after another (single CPU device)")
+  logging.info(
+      "batching: %s",
+      "vmapped groups over a device mesh"
+      if vmapped
+      else "one run after another (single CPU device)",
+  )
   mine = work_units(list(groups.values()), vmapped)
   if worker is not None:  # Largest first; each unit goes to whoever is free.
     mine = workers.worker_order(
-        mine, worker[0], worker[1], cost=lambda unit: run_cost(unit[0][1]),
-        memory_bound=lambda unit: workers.memory_bound(unit[0][1].model.kind))
+        mine,
+        worker[0],
+        worker[1],
+        cost=lambda unit: run_cost(unit[0][1]),
+        memory_bound=lambda unit: workers.memory_bound(unit[0][1].model.kind),
+    )
   claimed = 0
   for members in mine:
     # Another worker may have finished a unit since this one started.
-    pending = [(n, c) for n, c in members if not done[n] and not (
-        worker is not None and _done(workdir, n, c))]
+    pending = [
+        (n, c)
+        for n, c in members
+        if not done[n] and not (worker is not None and _done(workdir, n, c))
+    ]
     if jax.process_count() > 1 and any(c.get("compiled") for _, c in pending):
       # They train their target alone, with checkpoints, in process 0.
-      logging.warning("compiled-UT runs are left to a one-process run of the "
-                      "same command, in the same workdir: %s", ", ".join(
-                          n for n, c in pending if c.get("compiled")))
+      logging.warning(
+          "compiled-UT runs are left to a one-process run of the "
+          "same command, in the same workdir: %s",
+          ", ".join(n for n, c in pending if c.get("compiled")),
+      )
       pending = [(n, c) for n, c in pending if not c.get("compiled")]
     if not pending or aggregate_only:
       continue
@@ -272,8 +330,13 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
       if not claim(worker[2], members[0][0]):
         continue
       claimed += 1
-      logging.info("worker %d of %d claimed %s (%d runs)", worker[0],
-                   worker[1], members[0][0], len(members))
+      logging.info(
+          "worker %d of %d claimed %s (%d runs)",
+          worker[0],
+          worker[1],
+          members[0][0],
+          len(members),
+      )
     start = time.perf_counter()
     plain = [(n, c) for n, c in pending if not c.get("compiled")]
     compiled_runs = [(n, c) for n, c in pending if c.get("compiled")]
@@ -283,31 +346,57 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
     else:  # Each run is a plain training run, checkpointed in its own folder.
       results = [_train_one(c, _run_dir(workdir, n)) for n, c in plain]
     # A compiled run whose target diverged here is recorded, not retrained.
-    diverged = {c.to_json_best_effort(): r["diverged"]
-                for (_, c), r in zip(plain, results) if "diverged" in r}
-    results += [_compile_one(c, _target_dir(workdir, n, c, members),
-                             diverged.get(_target_json(c)))
-                for n, c in compiled_runs]
+    diverged = {
+        c.to_json_best_effort(): r["diverged"]
+        for (_, c), r in zip(plain, results)
+        if "diverged" in r
+    }
+    results += [
+        _compile_one(
+            c,
+            _target_dir(workdir, n, c, members),
+            diverged.get(_target_json(c)),
+        )
+        for n, c in compiled_runs
+    ]
     seconds = time.perf_counter() - start
     for (name, config), result in zip(pending, results):
-      result.update(name=name, seed=config.seed, lr=config.train.lr,
-                    group_seconds=seconds, group_size=len(pending),
-                    run_seconds=seconds / len(pending),
-                    vmapped=vmapped,
-                    config=json.loads(config.to_json_best_effort()),
-                    provenance=reports.provenance())
+      result.update(
+          name=name,
+          seed=config.seed,
+          lr=config.train.lr,
+          group_seconds=seconds,
+          group_size=len(pending),
+          run_seconds=seconds / len(pending),
+          vmapped=vmapped,
+          config=json.loads(config.to_json_best_effort()),
+          provenance=reports.provenance(),
+      )
       if writer:
         reports.write_json(_metrics_path(workdir, name), result)
-    logging.info("group done in %.1fs: %s", seconds,
-                 ", ".join(f"{n}: {r['eval_accuracy']:.4f}"
-                           for (n, _), r in zip(pending, results)))
+    logging.info(
+        "group done in %.1fs: %s",
+        seconds,
+        ", ".join(
+            f"{n}: {r['eval_accuracy']:.4f}"
+            for (n, _), r in zip(pending, results)
+        ),
+    )
   if worker is not None:
-    logging.info("worker %d of %d: trained %d of %d work units", worker[0],
-                 worker[1], claimed, len(mine))
+    logging.info(
+        "worker %d of %d: trained %d of %d work units",
+        worker[0],
+        worker[1],
+        claimed,
+        len(mine),
+    )
     return None
   if not writer:
-    logging.info("process %d of %d: done; process 0 writes the table",
-                 jax.process_index(), jax.process_count())
+    logging.info(
+        "process %d of %d: done; process 0 writes the table",
+        jax.process_index(),
+        jax.process_count(),
+    )
     return None
   # Runs another worker or this process finished since the start count too.
   done = {n: _done(workdir, n, c) for n, c in runs}
@@ -316,15 +405,23 @@ def run_sweep(config_path, workdir, batching="auto", aggregate_only=False,
   if not finished:
     raise UserError(f"no finished runs of this sweep in {workdir}")
   rows = aggregate(workdir, finished)
-  write_table(workdir, rows, dict(config=config_path,
-                                  wall_seconds=time.time() - started,
-                                  total_run_seconds=_total_seconds(workdir,
-                                                                   finished),
-                                  missing_runs=missing,
-                                  provenance=reports.provenance()))
+  write_table(
+      workdir,
+      rows,
+      dict(
+          config=config_path,
+          wall_seconds=time.time() - started,
+          total_run_seconds=_total_seconds(workdir, finished),
+          missing_runs=missing,
+          provenance=reports.provenance(),
+      ),
+  )
   if missing:
-    logging.warning("%d of %d runs are not finished and not in the table",
-                    len(missing), len(runs))
+    logging.warning(
+        "%d of %d runs are not finished and not in the table",
+        len(missing),
+        len(runs),
+    )
   return rows
 
 
@@ -342,8 +439,9 @@ def work_units(groups, vmapped):
         by_target.setdefault(_target_json(config), []).append((name, config))
     for name, config in members:
       if not config.get("compiled"):
-        units.append([(name, config)]
-                     + by_target.pop(config.to_json_best_effort(), []))
+        units.append(
+            [(name, config)] + by_target.pop(config.to_json_best_effort(), [])
+        )
     # Compiled-UT runs whose target is not in the sweep: each on its own.
     units.extend([run] for runs in by_target.values() for run in runs)
   return units
@@ -358,7 +456,8 @@ def _target_json(config):
 
 def _train_one(config, run_dir):
   """train_and_evaluate, except that a diverged run is recorded (accuracy NaN,
-  with the diagnosis) and the sweep goes on; rerunning it would diverge again."""
+  with the diagnosis) and the sweep goes on; rerunning it would diverge again.
+  """
   try:
     return train.train_and_evaluate(config, run_dir)
   except train.TrainingDiverged as e:
@@ -376,24 +475,34 @@ def _compile_one(config, target_dir, target_diverged=None):
     return compiled.sweep_run(config, target_dir)
   except train.TrainingDiverged as e:
     logging.warning("%s: the target diverged: %s", target_dir, e)
-    return dict(eval_accuracy=math.nan, diverged=f"its target diverged: {e}",
-                task=config.task, kind=f"compiled_{config.compiled}",
-                variant=config.model.variant)
+    return dict(
+        eval_accuracy=math.nan,
+        diverged=f"its target diverged: {e}",
+        task=config.task,
+        kind=f"compiled_{config.compiled}",
+        variant=config.model.variant,
+    )
 
 
 def run_cost(config):
   """`workers.cost_proxy` of a run: the sizes of its config and model."""
   spec = train.model_spec(config, data_lib.make_task(config).info)
   return workers.cost_proxy(
-      steps=config.train.steps, batch_size=config.train.batch_size,
-      tokens=spec.max_len, layers=spec.num_layers, width=spec.model_width,
-      mlp=spec.variant == "res_ln_mlp")
+      steps=config.train.steps,
+      batch_size=config.train.batch_size,
+      tokens=spec.max_len,
+      layers=spec.num_layers,
+      width=spec.model_width,
+      mlp=spec.variant == "res_ln_mlp",
+  )
 
 
 def claims_folder(workdir):
   """A new folder for one set of workers' claims (removed when they are done)."""
   os.makedirs(os.path.join(workdir, "claims"), exist_ok=True)
-  return tempfile.mkdtemp(prefix=f"{os.getpid()}_", dir=os.path.join(workdir, "claims"))
+  return tempfile.mkdtemp(
+      prefix=f"{os.getpid()}_", dir=os.path.join(workdir, "claims")
+  )
 
 
 def claim(folder, first_run):
@@ -408,7 +517,9 @@ def claim(folder, first_run):
 def use_compilation_cache(workdir):
   """JAX's persistent compilation cache in <workdir>/jax_cache: runs that differ
   only in their seed compile the same step, so all but the first load it."""
-  jax.config.update("jax_compilation_cache_dir", os.path.join(workdir, "jax_cache"))
+  jax.config.update(
+      "jax_compilation_cache_dir", os.path.join(workdir, "jax_cache")
+  )
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
@@ -421,9 +532,18 @@ def worker_command(argv, index, count, claims):
   memory-bound units first, the others last (`ut.cpu.workers.worker_order`).
   """
   args = [a for a in argv[1:] if not a.startswith(("--workers", "--worker_"))]
-  return ([sys.executable, "-m", "launch.sweep", *args, f"--workers={count}",
-           f"--worker_index={index}", f"--worker_claims={claims}"],
-          workers.worker_cpus(index, count))
+  return (
+      [
+          sys.executable,
+          "-m",
+          "launch.sweep",
+          *args,
+          f"--workers={count}",
+          f"--worker_index={index}",
+          f"--worker_claims={claims}",
+      ],
+      workers.worker_cpus(index, count),
+  )
 
 
 def _total_seconds(workdir, names):
@@ -452,9 +572,11 @@ def _target_dir(workdir, name, config, members):
   a folder of its own."""
   target = _target_json(config)
   for n, c in members:
-    if (c.to_json_best_effort() == target
+    if (
+        c.to_json_best_effort() == target
         and os.path.exists(_metrics_path(workdir, n))
-        and os.path.isdir(os.path.join(_run_dir(workdir, n), "checkpoints"))):
+        and os.path.isdir(os.path.join(_run_dir(workdir, n), "checkpoints"))
+    ):
       return _run_dir(workdir, n)
   return os.path.join(_run_dir(workdir, name), "target")
 
@@ -475,8 +597,9 @@ def _done_in_every_process(workdir, runs):
   if error is not None:
     raise error
   if flags[-1]:
-    raise UserError("process 0 found a run recorded with another config; see "
-                    "its error")
+    raise UserError(
+        "process 0 found a run recorded with another config; see " "its error"
+    )
   return {name: bool(f) for (name, _), f in zip(runs, flags[:-1])}
 
 
@@ -493,12 +616,15 @@ def _done(workdir, name, config):
     recorded = json.load(f).get("config")
   if recorded is None:
     return False
-  diff = train.config_diff(train.stored_config(recorded),
-                           json.loads(config.to_json_best_effort()))
+  diff = train.config_diff(
+      train.stored_config(recorded), json.loads(config.to_json_best_effort())
+  )
   if diff:
-    raise UserError(f"{_run_dir(workdir, name)} was recorded with another config "
-                    f"(differs in {', '.join(diff)}); use a fresh --workdir, or "
-                    f"delete that run folder to train it again")
+    raise UserError(
+        f"{_run_dir(workdir, name)} was recorded with another config "
+        f"(differs in {', '.join(diff)}); use a fresh --workdir, or "
+        f"delete that run folder to train it again"
+    )
   return True
 
 
@@ -516,31 +642,44 @@ def aggregate(workdir, names):
   for results in cells.values():
     acc = np.array([r["eval_accuracy"] for r in results])
     c = results[0]["config"]
-    rows.append(dict(
-        task=results[0]["task"], kind=results[0]["kind"],
-        variant=results[0]["variant"], data=json.dumps(c.get("data", {}),
-                                                       sort_keys=True),
-        lr=c["train"]["lr"], seeds=len(results),
-        accuracy_mean=float(acc.mean()),
-        accuracy_std=float(acc.std(ddof=1)) if len(acc) > 1 else math.nan,
-        # Compiled-UT rows: the lowest share of predictions equal to the target's.
-        agreement_min=min((r["agreement"] for r in results if "agreement" in r),
-                          default=None),
-        runs=";".join(sorted(r["name"] for r in results))))
+    rows.append(
+        dict(
+            task=results[0]["task"],
+            kind=results[0]["kind"],
+            variant=results[0]["variant"],
+            data=json.dumps(c.get("data", {}), sort_keys=True),
+            lr=c["train"]["lr"],
+            seeds=len(results),
+            accuracy_mean=float(acc.mean()),
+            accuracy_std=float(acc.std(ddof=1)) if len(acc) > 1 else math.nan,
+            # Compiled-UT rows: the lowest share of predictions equal to the target's.
+            agreement_min=min(
+                (r["agreement"] for r in results if "agreement" in r),
+                default=None,
+            ),
+            runs=";".join(sorted(r["name"] for r in results)),
+        )
+    )
   return rows
 
 
 def write_table(workdir, rows, meta):
   reports.write_csv(os.path.join(workdir, "table.csv"), rows)
-  reports.write_json(os.path.join(workdir, "table.json"), dict(rows=rows, **meta))
-  reports.write_text(os.path.join(workdir, "table.md"), markdown_table(rows) + "\n")
+  reports.write_json(
+      os.path.join(workdir, "table.json"), dict(rows=rows, **meta)
+  )
+  reports.write_text(
+      os.path.join(workdir, "table.md"), markdown_table(rows) + "\n"
+  )
 
 
 def markdown_table(rows):
   shown = [{k: v for k, v in r.items() if k != "runs"} for r in rows]
   for r in shown:
-    r["accuracy"] = (f"{100 * r.pop('accuracy_mean'):.2f} ± "
-                     f"{100 * r.pop('accuracy_std'):.2f}")
+    r["accuracy"] = (
+        f"{100 * r.pop('accuracy_mean'):.2f} ± "
+        f"{100 * r.pop('accuracy_std'):.2f}"
+    )
     agreement = r.pop("agreement_min")
     r["agreement (min)"] = "" if agreement is None else f"{100 * agreement:.2f}"
   return reports.format_table(shown)

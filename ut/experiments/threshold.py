@@ -34,17 +34,20 @@ import numpy as np
 
 from ut.core import bounds
 from ut.core import compile as compile_lib
-from ut.io import reports
 from ut.core import simulate
 from ut.core import targets as targets_lib
 from ut.core import transformer
 from ut.core.constructions import gaussian
 from ut.core.constructions import sparse
 from ut.errors import UserError
+from ut.io import reports
 
 OUTPUTS = ("threshold.csv", "threshold.json", "threshold.png")
-SUMMARY_POINTS = (("N-1", lambda n: n - 1), ("N", lambda n: n),
-                  ("1.25N", lambda n: math.ceil(1.25 * n)))
+SUMMARY_POINTS = (
+    ("N-1", lambda n: n - 1),
+    ("N", lambda n: n),
+    ("1.25N", lambda n: math.ceil(1.25 * n)),
+)
 
 
 def widths(num_heads, num_layers, width, ratios):
@@ -60,10 +63,16 @@ def widths(num_heads, num_layers, width, ratios):
 def random_targets(num_heads, num_layers, width, *, num, seed, causal=True):
   """`num` generic float64 targets from `targets.init`, keys fold_in(seed, i)."""
   key = jax.random.PRNGKey(seed)
-  return [targets_lib.init(jax.random.fold_in(key, i), num_heads=num_heads,
-                           num_layers=num_layers, width=width,
-                           causal=causal).astype(np.float64)
-          for i in range(num)]
+  return [
+      targets_lib.init(
+          jax.random.fold_in(key, i),
+          num_heads=num_heads,
+          num_layers=num_layers,
+          width=width,
+          causal=causal,
+      ).astype(np.float64)
+      for i in range(num)
+  ]
 
 
 def pad_width(ut, programs, width):
@@ -73,10 +82,15 @@ def pad_width(ut, programs, width):
   one jitted forward then serves every m of a row (no recompile per m).
   """
   m = ut["wq"].shape[-2]
-  pad = lambda a, axes: np.pad(a, [(0, width - m) if i in axes else (0, 0)
-                                   for i in range(a.ndim)])
-  padded = dict(wq=pad(ut["wq"], {2}), wk=pad(ut["wk"], {2}),
-                wv=pad(ut["wv"], {2, 3}), unembed=pad(ut["unembed"], {0}))
+  pad = lambda a, axes: np.pad(
+      a, [(0, width - m) if i in axes else (0, 0) for i in range(a.ndim)]
+  )
+  padded = dict(
+      wq=pad(ut["wq"], {2}),
+      wk=pad(ut["wk"], {2}),
+      wv=pad(ut["wv"], {2, 3}),
+      unembed=pad(ut["unembed"], {0}),
+  )
   return padded, [dict(p, embed=pad(p["embed"], {1})) for p in programs]
 
 
@@ -88,21 +102,29 @@ def point(targets, x_GxBxTxD, m, *, seed, padded_width=None):
   padded_width (>= m): run the check on the UT zero-padded to that width.
   """
   first = targets[0]
-  ut = gaussian.make_gaussian_ut(first.num_heads, first.num_layers, m,
-                                 first.width, seed)
+  ut = gaussian.make_gaussian_ut(
+      first.num_heads, first.num_layers, m, first.width, seed
+  )
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # Below N the fit is inexact by design.
     built = [compile_lib.compile_random(ut, t) for t in targets]
   programs = [b[0] for b in built]
   if padded_width is not None:
     ut, programs = pad_width(ut, programs, padded_width)
-  result = simulate.check(ut, simulate.stack(programs),
-                          simulate.stack(targets), x_GxBxTxD,
-                          dtypes=("float64",))
+  result = simulate.check(
+      ut,
+      simulate.stack(programs),
+      simulate.stack(targets),
+      x_GxBxTxD,
+      dtypes=("float64",),
+  )
   y, ref = result["float64"]["output"], result["reference"]
   rel = [simulate.errors(y[g], ref[g])[1] for g in range(len(targets))]
-  return dict(rel_errs=rel, cond=[b[1].cond for b in built],
-              residual=[b[1].rel_residual for b in built])
+  return dict(
+      rel_errs=rel,
+      cond=[b[1].cond for b in built],
+      residual=[b[1].rel_residual for b in built],
+  )
 
 
 def sweep_row(num_heads, num_layers, width, config):
@@ -110,36 +132,54 @@ def sweep_row(num_heads, num_layers, width, config):
   targets_lib.check_positive(H=num_heads, L=num_layers, d=width)
   n = bounds.random_threshold(num_heads, num_layers, width)
   lower = bounds.lower_bound(num_heads, num_layers)
-  targets = random_targets(num_heads, num_layers, width,
-                           num=config.num_targets, seed=config.seed,
-                           causal=config.causal)
+  targets = random_targets(
+      num_heads,
+      num_layers,
+      width,
+      num=config.num_targets,
+      seed=config.seed,
+      causal=config.causal,
+  )
   rng = np.random.default_rng(config.seed)
-  x = rng.standard_normal((config.num_targets, config.batch, config.seq_len,
-                           width))
+  x = rng.standard_normal(
+      (config.num_targets, config.batch, config.seq_len, width)
+  )
   rows = []
   ms = widths(num_heads, num_layers, width, config.ratios)
   for m in ms:
     start = time.perf_counter()
     p = point(targets, x, m, seed=config.seed, padded_width=max(ms))
-    rows.append({
-        "H": num_heads, "L": num_layers, "d": width, "N": n,
-        "lower_bound": lower,
-        "sparse_m": bounds.sparse_width(num_heads, num_layers, width),
-        "m": m, "m_over_N": m / n,
-        "median_rel_err": float(np.median(p["rel_errs"])),
-        "max_rel_err": float(np.max(p["rel_errs"])),
-        "min_rel_err": float(np.min(p["rel_errs"])),
-        "median_cond": float(np.median(p["cond"])),
-        "max_lstsq_residual": float(np.max(p["residual"])),
-        "seconds": time.perf_counter() - start})
+    rows.append(
+        {
+            "H": num_heads,
+            "L": num_layers,
+            "d": width,
+            "N": n,
+            "lower_bound": lower,
+            "sparse_m": bounds.sparse_width(num_heads, num_layers, width),
+            "m": m,
+            "m_over_N": m / n,
+            "median_rel_err": float(np.median(p["rel_errs"])),
+            "max_rel_err": float(np.max(p["rel_errs"])),
+            "min_rel_err": float(np.min(p["rel_errs"])),
+            "median_cond": float(np.median(p["cond"])),
+            "max_lstsq_residual": float(np.max(p["residual"])),
+            "seconds": time.perf_counter() - start,
+        }
+    )
   return rows
 
 
 def _classes(rows):
   """Rows grouped by (H, L, d), in first-seen order, each sorted by m."""
   keys = dict.fromkeys((r["H"], r["L"], r["d"]) for r in rows)
-  return {k: sorted((r for r in rows if (r["H"], r["L"], r["d"]) == k),
-                    key=lambda r: r["m"]) for k in keys}
+  return {
+      k: sorted(
+          (r for r in rows if (r["H"], r["L"], r["d"]) == k),
+          key=lambda r: r["m"],
+      )
+      for k in keys
+  }
 
 
 def summary(rows):
@@ -147,8 +187,9 @@ def summary(rows):
   out = []
   for key, row_rows in _classes(rows).items():
     n = row_rows[0]["N"]
-    entry = dict(zip(("H", "L", "d"), key), N=n,
-                 lower_bound=row_rows[0]["lower_bound"])
+    entry = dict(
+        zip(("H", "L", "d"), key), N=n, lower_bound=row_rows[0]["lower_bound"]
+    )
     by_m = {r["m"]: r for r in row_rows}
     for name, fn in SUMMARY_POINTS:
       r = by_m.get(fn(n))
@@ -180,26 +221,54 @@ def plot(rows, path=None):
   floor = np.finfo(np.float64).eps  # Exact zeros cannot go on a log axis.
   for i, ((h, num_layers, d), sel) in enumerate(_classes(rows).items()):
     color, n, lb = f"C{i % 10}", sel[0]["N"], sel[0]["lower_bound"]
-    med, lo, hi = ([max(r[k], floor) for r in sel] for k in
-                   ("median_rel_err", "min_rel_err", "max_rel_err"))
-    for ax, x in ((left, [r["m_over_N"] for r in sel]),
-                  (right, [r["m"] for r in sel])):
-      ax.plot(x, med, "o-", ms=3, color=color,
-              label=f"H={h}, L={num_layers}, d={d}: N={n}, H^L/2={lb:g}")
+    med, lo, hi = (
+        [max(r[k], floor) for r in sel]
+        for k in ("median_rel_err", "min_rel_err", "max_rel_err")
+    )
+    for ax, x in (
+        (left, [r["m_over_N"] for r in sel]),
+        (right, [r["m"] for r in sel]),
+    ):
+      ax.plot(
+          x,
+          med,
+          "o-",
+          ms=3,
+          color=color,
+          label=f"H={h}, L={num_layers}, d={d}: N={n}, H^L/2={lb:g}",
+      )
       ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
     right.axvline(n, color=color, ls="--", lw=1)
     if h >= 2:
-      on_axis = transforms.blended_transform_factory(right.transData,
-                                                     right.transAxes)
-      right.plot([lb], [0], "v", color=color, ms=10, clip_on=False,
-                 transform=on_axis, markeredgecolor="k", markeredgewidth=0.5)
+      on_axis = transforms.blended_transform_factory(
+          right.transData, right.transAxes
+      )
+      right.plot(
+          [lb],
+          [0],
+          "v",
+          color=color,
+          ms=10,
+          clip_on=False,
+          transform=on_axis,
+          markeredgecolor="k",
+          markeredgewidth=0.5,
+      )
   left.axvline(1.0, color="k", ls="--", lw=1)
   left.text(1.01, 1e-8, "m = N", ha="left", va="center")
   left.set_xlim(left=0)
   left.set_xlabel("UT width m / N   (N = number of linear conditions on E)")
   left.set_title("error against m / N: the threshold is sharp at m = N")
-  right.plot([], [], "v", color="gray", markeredgecolor="k",
-             markeredgewidth=0.5, ls="", label="lower bound H^L/2 (Thm 4.1)")
+  right.plot(
+      [],
+      [],
+      "v",
+      color="gray",
+      markeredgecolor="k",
+      markeredgewidth=0.5,
+      ls="",
+      label="lower bound H^L/2 (Thm 4.1)",
+  )
   right.plot([], [], "k--", lw=1, label="m = N of each class")
   right.set_xscale("log")
   right.set_xlabel("UT width m (log)")
@@ -210,8 +279,10 @@ def plot(rows, path=None):
     ax.grid(True, which="major", alpha=0.3)
   left.legend(fontsize=8, loc="center left")
   right.legend(fontsize=8, loc="center left")
-  fig.suptitle("Random per-layer Gaussian UT compiled by least squares: "
-               "line = median over targets, band = min..max")
+  fig.suptitle(
+      "Random per-layer Gaussian UT compiled by least squares: "
+      "line = median over targets, band = min..max"
+  )
   fig.tight_layout()
   _save(fig, path)
   return fig
@@ -221,10 +292,13 @@ def _check_config(config):
   targets_lib.check_grid(config.grid)
   targets_lib.check_seed(config.seed, "config.seed")
   if not config.ratios or any(not r > 0 for r in config.ratios):
-    raise UserError(f"ratios={tuple(config.ratios)!r} must be positive m/N "
-                    f"values, e.g. (0.5, 1.0, 1.25)")
-  targets_lib.check_positive(num_targets=config.num_targets,
-                             batch=config.batch, seq_len=config.seq_len)
+    raise UserError(
+        f"ratios={tuple(config.ratios)!r} must be positive m/N "
+        f"values, e.g. (0.5, 1.0, 1.25)"
+    )
+  targets_lib.check_positive(
+      num_targets=config.num_targets, batch=config.batch, seq_len=config.seq_len
+  )
 
 
 def run(config, workdir):
@@ -239,16 +313,29 @@ def run(config, workdir):
   rows = []
   for i, (h, num_layers, d) in enumerate(config.grid):
     rows.extend(sweep_row(h, num_layers, d, config))
-    logging.info("row %d/%d (H=%d, L=%d, d=%d) done after %.1fs", i + 1,
-                 len(config.grid), h, num_layers, d, time.perf_counter() - start)
+    logging.info(
+        "row %d/%d (H=%d, L=%d, d=%d) done after %.1fs",
+        i + 1,
+        len(config.grid),
+        h,
+        num_layers,
+        d,
+        time.perf_counter() - start,
+    )
   summ = summary(rows)
   os.makedirs(workdir, exist_ok=True)
   reports.write_csv(paths[0], rows)
   plot(rows, paths[2])
-  reports.write_json(paths[1], {
-      "rows": rows, "summary": summ, "seed": config.seed,
-      "wall_seconds": time.perf_counter() - start,
-      "provenance": reports.provenance(config)})
+  reports.write_json(
+      paths[1],
+      {
+          "rows": rows,
+          "summary": summ,
+          "seed": config.seed,
+          "wall_seconds": time.perf_counter() - start,
+          "provenance": reports.provenance(config),
+      },
+  )
   return rows, summ
 
 
@@ -269,15 +356,21 @@ def attention_maps(params, x_BxTxD, *, num_layers, causal, residual=False):
   """
   x = jnp.asarray(x_BxTxD)
   if params.get("embed") is not None:
-    x = jnp.einsum("btd,dw->btw", x, params["embed"],
-                   precision=transformer.HIGHEST)
+    x = jnp.einsum(
+        "btd,dw->btw", x, params["embed"], precision=transformer.HIGHEST
+    )
   maps = []
   for layer in range(num_layers):
     wq, wk, wv, wo = transformer.layer_params(params, layer)
-    q_BxHxTxK = jnp.einsum("btw,hwk->bhtk", x, wq, precision=transformer.HIGHEST)
-    k_BxHxTxK = jnp.einsum("btw,hwk->bhtk", x, wk, precision=transformer.HIGHEST)
-    maps.append(transformer.attention_weights(q_BxHxTxK, k_BxHxTxK,
-                                              causal=causal))
+    q_BxHxTxK = jnp.einsum(
+        "btw,hwk->bhtk", x, wq, precision=transformer.HIGHEST
+    )
+    k_BxHxTxK = jnp.einsum(
+        "btw,hwk->bhtk", x, wk, precision=transformer.HIGHEST
+    )
+    maps.append(
+        transformer.attention_weights(q_BxHxTxK, k_BxHxTxK, causal=causal)
+    )
     out = transformer.attention_layer(x, wq, wk, wv, wo, causal=causal)
     x = x + out if residual else out
   return np.asarray(jnp.stack(maps))
@@ -300,18 +393,28 @@ def attention_comparison(target, x_BxTxD, *, seed=0, random_widths=None):
   n = bounds.random_threshold(h, num_layers, d, residual=target.residual)
   sparse_ut = sparse.make_sparse_ut(h, num_layers, d)
   program, _ = compile_lib.compile_sparse(sparse_ut, target)
-  models = {"target": target_params(target),
-            f"sparse UT, m={sparse_ut.m}":
-                dict(sparse.to_dense(sparse_ut, np.float64), embed=program["embed"])}
+  models = {
+      "target": target_params(target),
+      f"sparse UT, m={sparse_ut.m}": dict(
+          sparse.to_dense(sparse_ut, np.float64), embed=program["embed"]
+      ),
+  }
   for m in (n, n - 1) if random_widths is None else random_widths:
     ut = gaussian.make_gaussian_ut(h, num_layers, m, d, seed)
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")  # Below N the fit is inexact by design.
       program, _ = compile_lib.compile_random(ut, target)
     models[f"random UT, m={m} (N={n})"] = dict(ut, embed=program["embed"])
-  return {name: attention_maps(params, x_BxTxD, num_layers=num_layers,
-                               causal=target.causal, residual=target.residual)
-          for name, params in models.items()}
+  return {
+      name: attention_maps(
+          params,
+          x_BxTxD,
+          num_layers=num_layers,
+          causal=target.causal,
+          residual=target.residual,
+      )
+      for name, params in models.items()
+  }
 
 
 def plot_attention(maps, *, layer, head, example=0, path=None):
@@ -323,10 +426,13 @@ def plot_attention(maps, *, layer, head, example=0, path=None):
   """
   num_layers, _, num_heads = maps["target"].shape[:3]
   if not (1 <= layer <= num_layers and 1 <= head <= num_heads):
-    raise UserError(f"layer={layer}, head={head} out of range: the target has "
-                    f"layers 1..{num_layers} and heads 1..{num_heads}")
-  fig = figure_lib.Figure(figsize=(3 * len(maps) + 1.5, 6.4), dpi=110,
-                          layout="constrained")
+    raise UserError(
+        f"layer={layer}, head={head} out of range: the target has "
+        f"layers 1..{num_layers} and heads 1..{num_heads}"
+    )
+  fig = figure_lib.Figure(
+      figsize=(3 * len(maps) + 1.5, 6.4), dpi=110, layout="constrained"
+  )
   backend_agg.FigureCanvasAgg(fig)
   top, bottom = fig.subplots(2, len(maps), squeeze=False)
   floor = 1e-17  # Exact zeros cannot go on a log scale.
@@ -339,16 +445,22 @@ def plot_attention(maps, *, layer, head, example=0, path=None):
       bottom[i].axis("off")
       continue
     diff_image = bottom[i].imshow(
-        np.maximum(diff[layer - 1, example, head - 1], floor), norm=norm,
-        cmap="magma")
-    bottom[i].set_title(f"|A - A_target|, max over all\nlayers and heads "
-                        f"{diff.max():.1e}", fontsize=9)
+        np.maximum(diff[layer - 1, example, head - 1], floor),
+        norm=norm,
+        cmap="magma",
+    )
+    bottom[i].set_title(
+        f"|A - A_target|, max over all\nlayers and heads " f"{diff.max():.1e}",
+        fontsize=9,
+    )
     bottom[i].set_xlabel("key position")
   top[0].set_ylabel("query position")
   fig.colorbar(image, ax=list(top), shrink=0.8, label="attention")
   if len(maps) > 1:
     fig.colorbar(diff_image, ax=list(bottom), shrink=0.8, label="|difference|")
-  fig.suptitle(f"attention of layer {layer}, head {head}: target and UTs "
-               f"compiled from it")
+  fig.suptitle(
+      f"attention of layer {layer}, head {head}: target and UTs "
+      f"compiled from it"
+  )
   _save(fig, path)
   return fig

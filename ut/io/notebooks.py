@@ -21,15 +21,19 @@ import tempfile
 
 from ut.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 KERNEL = "ut-notebooks"
 PROFILES = ("smoke", "full")
 
 
 def names():
   """The notebooks in colabs/, by name (no .ipynb)."""
-  return sorted(os.path.splitext(os.path.basename(p))[0]
-                for p in glob.glob(os.path.join(ROOT, "colabs", "*.ipynb")))
+  return sorted(
+      os.path.splitext(os.path.basename(p))[0]
+      for p in glob.glob(os.path.join(ROOT, "colabs", "*.ipynb"))
+  )
 
 
 def path(name):
@@ -81,11 +85,15 @@ def parameters_cell(nb):
   """The parameters cell of nb: the code cell right after the setup cell."""
   code = [c for c in nb.cells if c.cell_type == "code"]
   if not code or code[0].source != SETUP_CELL:
-    raise UserError("the first code cell must be the setup cell, exactly "
-                    "ut.io.notebooks.SETUP_CELL")
+    raise UserError(
+        "the first code cell must be the setup cell, exactly "
+        "ut.io.notebooks.SETUP_CELL"
+    )
   if len(code) < 2 or profile_line("full") not in code[1].source.splitlines():
-    raise UserError("the second code cell must be the parameters cell with "
-                    f"exactly the line {profile_line('full')!r}")
+    raise UserError(
+        "the second code cell must be the parameters cell with "
+        f"exactly the line {profile_line('full')!r}"
+    )
   return code[1]
 
 
@@ -93,13 +101,25 @@ def parameters_cell(nb):
 def kernel_specs():
   """A KernelSpecManager that knows one kernel: this interpreter."""
   from jupyter_client.kernelspec import KernelSpecManager  # pylint: disable=g-import-not-at-top
+
   folder = tempfile.mkdtemp(prefix="ut_kernels_")
   try:
     os.makedirs(os.path.join(folder, KERNEL))
     with open(os.path.join(folder, KERNEL, "kernel.json"), "w") as f:
-      json.dump(dict(argv=[sys.executable, "-m", "ipykernel_launcher", "-f",
-                           "{connection_file}"], display_name="ut",
-                     language="python"), f)
+      json.dump(
+          dict(
+              argv=[
+                  sys.executable,
+                  "-m",
+                  "ipykernel_launcher",
+                  "-f",
+                  "{connection_file}",
+              ],
+              display_name="ut",
+              language="python",
+          ),
+          f,
+      )
     yield KernelSpecManager(kernel_dirs=[folder])
   finally:
     shutil.rmtree(folder)
@@ -122,18 +142,25 @@ def execute(nb, specs, *, timeout_s):
   """
   from jupyter_client import AsyncKernelManager  # pylint: disable=g-import-not-at-top
   import nbclient  # pylint: disable=g-import-not-at-top
+
   km = AsyncKernelManager(kernel_name=KERNEL, kernel_spec_manager=specs)
-  client = nbclient.NotebookClient(nb, km=km, timeout=timeout_s,
-                                   resources={"metadata": {"path": ROOT}})
+  client = nbclient.NotebookClient(
+      nb, km=km, timeout=timeout_s, resources={"metadata": {"path": ROOT}}
+  )
   errors = nbclient.exceptions
   try:
     # cleanup_kc: shut the kernel down when done; nbclient leaves a kernel it
     # was handed running (each holds 0.5 GB and a share of a core until this
     # process exits).
     client.execute(cleanup_kc=True)
-  except (errors.CellExecutionError, errors.CellTimeoutError,
-          errors.DeadKernelError) as e:
-    raise NotebookFailed(str(e).strip().splitlines()[-1], detail=str(e)) from None
+  except (
+      errors.CellExecutionError,
+      errors.CellTimeoutError,
+      errors.DeadKernelError,
+  ) as e:
+    raise NotebookFailed(
+        str(e).strip().splitlines()[-1], detail=str(e)
+    ) from None
   return nb
 
 

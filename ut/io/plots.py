@@ -20,8 +20,8 @@ import re
 from matplotlib import figure
 import numpy as np
 
-from ut.io import reports
 from ut.experiments import sweep
+from ut.io import reports
 
 
 def finished_rows(config_path, workdir):
@@ -72,11 +72,20 @@ def beside_paper(rows, paper, panel):
   for r in rows:
     std = r["accuracy_std"]
     ours = f"{100 * r['accuracy_mean']:.2f}" + (
-        "" if std is None or math.isnan(std) else f" ± {100 * std:.2f}")
-    out.append({panel: panel_value(r, panel), "kind": r["kind"],
-                "variant": r["variant"], "seeds": r["seeds"], "ours": ours,
-                "paper": _paper(paper, panel_value(r, panel), r["kind"],
-                                r["variant"])})
+        "" if std is None or math.isnan(std) else f" ± {100 * std:.2f}"
+    )
+    out.append(
+        {
+            panel: panel_value(r, panel),
+            "kind": r["kind"],
+            "variant": r["variant"],
+            "seeds": r["seeds"],
+            "ours": ours,
+            "paper": _paper(
+                paper, panel_value(r, panel), r["kind"], r["variant"]
+            ),
+        }
+    )
     if any(x.get("agreement_min") is not None for x in rows):  # Compiled rows.
       a = r.get("agreement_min")
       out[-1]["agreement (min)"] = "" if a is None else f"{100 * a:.2f}"
@@ -100,26 +109,46 @@ def accuracy_bars(rows, panel, paper=None, title=""):
   kinds = _ordered(r["kind"] for r in rows)
   variants = _ordered(r["variant"] for r in rows)
   width = 0.8 / len(variants)
-  fig = figure.Figure(figsize=(2 + 1.1 * len(kinds) * len(panels), 3.6),
-                      layout="constrained")
+  fig = figure.Figure(
+      figsize=(2 + 1.1 * len(kinds) * len(panels), 3.6), layout="constrained"
+  )
   axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
   for ax, value in zip(axes[0], panels):
     for j, variant in enumerate(variants):
       for i, kind in enumerate(kinds):
-        match = [r for r in rows if (r["kind"], r["variant"]) == (kind, variant)
-                 and panel_value(r, panel) == value]
+        match = [
+            r
+            for r in rows
+            if (r["kind"], r["variant"]) == (kind, variant)
+            and panel_value(r, panel) == value
+        ]
         if not match:
           continue
         r = match[0]
         x = i - 0.4 + width * (j + 0.5)
         std = r["accuracy_std"]
         err = None if std is None or math.isnan(std) else 100 * std
-        ax.bar(x, 100 * r["accuracy_mean"], width, yerr=err, capsize=2,
-               color=f"C{j}", label=variant)
+        ax.bar(
+            x,
+            100 * r["accuracy_mean"],
+            width,
+            yerr=err,
+            capsize=2,
+            color=f"C{j}",
+            label=variant,
+        )
         span = paper_range(_paper(paper, value, kind, variant))
         if span:
-          ax.errorbar(x, sum(span) / 2, yerr=(span[1] - span[0]) / 2, fmt="D",
-                      color="black", ms=4, capsize=3, label="paper")
+          ax.errorbar(
+              x,
+              sum(span) / 2,
+              yerr=(span[1] - span[0]) / 2,
+              fmt="D",
+              color="black",
+              ms=4,
+              capsize=3,
+              label="paper",
+          )
     ax.set_xticks(range(len(kinds)), kinds, rotation=20)
     ax.set_title(f"{panel} = {value}")
     ax.set_ylim(0, 105)
@@ -142,21 +171,32 @@ def compiled_bars(results):
   results: {name: compiled_ut.json dict}, one panel per name (e.g. task).
   """
   metrics = ("target_accuracy", "ut_accuracy", "agreement")
-  fig = figure.Figure(figsize=(1.5 + 3 * len(results), 3.6),
-                      layout="constrained")
+  fig = figure.Figure(
+      figsize=(1.5 + 3 * len(results), 3.6), layout="constrained"
+  )
   axes = fig.subplots(1, len(results), squeeze=False, sharey=True)
   for ax, (name, result) in zip(axes[0], results.items()):
     constructions = [r["construction"] for r in result["rows"]]
     for j, metric in enumerate(metrics):
       x = np.arange(len(constructions)) - 0.4 + 0.8 / 3 * (j + 0.5)
-      ax.bar(x, [100 * r[metric] for r in result["rows"]], 0.8 / 3,
-             color=f"C{j}", label=metric)
-    ax.set_xticks(range(len(constructions)),
-                  [f"{r['construction']}\nm={r['m']}" for r in result["rows"]])
+      ax.bar(
+          x,
+          [100 * r[metric] for r in result["rows"]],
+          0.8 / 3,
+          color=f"C{j}",
+          label=metric,
+      )
+    ax.set_xticks(
+        range(len(constructions)),
+        [f"{r['construction']}\nm={r['m']}" for r in result["rows"]],
+    )
     ax.set_title(name)
     ax.set_ylim(0, 105)
     ax.grid(axis="y", alpha=0.3)
   axes[0][0].set_ylabel("%")
-  fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside right upper",
-             fontsize=8)
+  fig.legend(
+      *axes[0][0].get_legend_handles_labels(),
+      loc="outside right upper",
+      fontsize=8,
+  )
   return fig

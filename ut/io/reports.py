@@ -18,13 +18,29 @@ def git_commit(here=None):
   '+dirty' for uncommitted changes outside results/, or 'unknown'."""
   here = here or os.path.dirname(os.path.abspath(__file__))
   try:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, check=True,
-                            capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"],
+        cwd=here,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # Regenerated results/ files are outputs, not code: they do not count.
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
-                            "--", ":/", ":(exclude,top)results"],
-                           cwd=here, check=True, capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(
+        [
+            "git",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ":/",
+            ":(exclude,top)results",
+        ],
+        cwd=here,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return commit + ("+dirty" if dirty else "")
   except (OSError, subprocess.CalledProcessError):
     return "unknown"
@@ -39,7 +55,9 @@ def provenance(config=None):
       "num_devices": jax.device_count(),
       "jax_version": jax.__version__,
       "argv": sys.argv,
-      "config": None if config is None else json.loads(config.to_json_best_effort()),
+      "config": None
+      if config is None
+      else json.loads(config.to_json_best_effort()),
   }
 
 
@@ -49,8 +67,10 @@ def refuse_existing(paths, overwrite, flag="--config.overwrite=True"):
     return
   existing = [p for p in paths if os.path.exists(p)]
   if existing:
-    raise UserError(f"{existing[0]} already exists; pass {flag} to replace it, "
-                    f"or choose another path")
+    raise UserError(
+        f"{existing[0]} already exists; pass {flag} to replace it, "
+        f"or choose another path"
+    )
 
 
 def _file_above(path):
@@ -77,8 +97,11 @@ def check_output(path, overwrite, flag, inputs=()):
   not one of `inputs`, no ancestor is a file, and it is new or `overwrite`."""
   if os.path.isdir(path):
     raise UserError(f"{path} is a folder; name a file to write")
-  if any(os.path.exists(i) and os.path.samefile(i, path) for i in inputs
-         if os.path.exists(path)):
+  if any(
+      os.path.exists(i) and os.path.samefile(i, path)
+      for i in inputs
+      if os.path.exists(path)
+  ):
     raise UserError(f"{path} is also an input; choose another output path")
   if above := _file_above(path):
     raise UserError(f"{above} is a file, so {path} cannot be written under it")
@@ -126,8 +149,14 @@ def format_table(rows, floatfmt="{:.3g}"):
   cols = list(rows[0])
   cell = lambda v: floatfmt.format(v) if isinstance(v, float) else str(v)
   cells = [[cell(r[c]) for c in cols] for r in rows]
-  widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-  line = lambda vals: "| " + " | ".join(v.rjust(w) for v, w in zip(vals, widths)) + " |"
+  widths = [
+      max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)
+  ]
+  line = (
+      lambda vals: "| "
+      + " | ".join(v.rjust(w) for v, w in zip(vals, widths))
+      + " |"
+  )
   sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
   return "\n".join([line(cols), sep] + [line(r) for r in cells])
 

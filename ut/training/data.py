@@ -61,21 +61,26 @@ class Dyck:
           raise UserError(f"config.data.{field}={value!r}; use an integer >= 0")
       if num:
         self.sets[split] = dyck.generate_tokens(
-            num, cfg.max_len, cfg.mix, stream_seed(seed, stream))
-    self.exclude = (dyck.key_set(*(t for t, _ in self.sets.values()))
-                    if self.sets else None)
+            num, cfg.max_len, cfg.mix, stream_seed(seed, stream)
+        )
+    self.exclude = (
+        dyck.key_set(*(t for t, _ in self.sets.values())) if self.sets else None
+    )
 
   def batch(self, num, seed):
     """num strings of the stream `seed`, none of them a held-out string."""
-    tokens, labels = dyck.generate_tokens(num, self.cfg.max_len, self.cfg.mix,
-                                          seed, exclude=self.exclude)
+    tokens, labels = dyck.generate_tokens(
+        num, self.cfg.max_len, self.cfg.mix, seed, exclude=self.exclude
+    )
     return self._pack(tokens, labels)
 
   def held_out(self, split):
     """The fixed 'valid' or 'test' set as one batch; None when there is none."""
     if split not in self.SPLITS:
-      raise UserError(f"unknown held-out split {split!r}; use one of "
-                      f"{', '.join(self.SPLITS)}")
+      raise UserError(
+          f"unknown held-out split {split!r}; use one of "
+          f"{', '.join(self.SPLITS)}"
+      )
     if split not in self.sets:
       return None
     return self._pack(*self.sets[split])
@@ -93,7 +98,7 @@ class Dyck:
     if not isinstance(text, str):
       raise UserError('each Dyck line needs "text": a string of "(" and ")"')
     for i, ch in enumerate(text):  # Characters first: a bad one is an error
-      if ch not in "()":           # even on a line too long to score.
+      if ch not in "()":  # even on a line too long to score.
         raise UserError(f"character {ch!r} at position {i} is not '(' or ')'")
     if len(text) + 1 > max_len:
       raise TooLong(len(text) + 1, max_len)
@@ -111,16 +116,23 @@ class Dyck:
     texts = dyck.decode(np.asarray(batch["tokens"]))
     labels_B = np.asarray(batch["labels"])[:, -1]
     return dict(
-        model=dyck.breakdown(texts, labels_B,
-                             np.asarray(predictions_BxT)[:, -1],
-                             self.cfg.max_len),
-        counting=dyck.breakdown(texts, labels_B, dyck.counting_baseline(texts),
-                                self.cfg.max_len))
+        model=dyck.breakdown(
+            texts,
+            labels_B,
+            np.asarray(predictions_BxT)[:, -1],
+            self.cfg.max_len,
+        ),
+        counting=dyck.breakdown(
+            texts, labels_B, dyck.counting_baseline(texts), self.cfg.max_len
+        ),
+    )
 
   def describe(self, logits_row, batch_row):
     del batch_row
-    return {"balanced_prob": float(_softmax(logits_row[-1])[1]),
-            "prediction": int(np.argmax(logits_row[-1]))}
+    return {
+        "balanced_prob": float(_softmax(logits_row[-1])[1]),
+        "prediction": int(np.argmax(logits_row[-1])),
+    }
 
 
 class KHop:
@@ -132,24 +144,31 @@ class KHop:
     self.k_range = self.k if isinstance(self.k, tuple) else None
     k_max = self.k_range[1] if self.k_range else None
     n = cfg.length + (1 if self.k_range else 0)
-    self.info = TaskInfo(khop.vocab_size(cfg.alphabet, k_max), n,
-                         khop.num_classes(cfg.alphabet))
+    self.info = TaskInfo(
+        khop.vocab_size(cfg.alphabet, k_max), n, khop.num_classes(cfg.alphabet)
+    )
 
   def batch(self, num, seed):
-    tokens, labels, _ = khop.generate(num, self.cfg.length, self.cfg.alphabet,
-                                      self.k, seed)
+    tokens, labels, _ = khop.generate(
+        num, self.cfg.length, self.cfg.alphabet, self.k, seed
+    )
     return self._pack(tokens, labels)
 
   def _pack(self, tokens, labels):
     mask = (labels >= 0) & (labels < self.cfg.alphabet)
-    return dict(tokens=tokens.astype(np.int32), labels=labels.astype(np.int32),
-                mask=mask)
+    return dict(
+        tokens=tokens.astype(np.int32),
+        labels=labels.astype(np.int32),
+        mask=mask,
+    )
 
   def encode_example(self, obj, max_len):
     """{"text": "abcab", "k": 2, "label": "__a_b"} -> one row (no padding)."""
     text, label = obj.get("text"), obj.get("label")
     if not isinstance(text, str) or not text:
-      raise UserError('each k-hop line needs "text": a non-empty string of letters')
+      raise UserError(
+          'each k-hop line needs "text": a non-empty string of letters'
+      )
     k = obj.get("k", self.k if isinstance(self.k, int) else None)
     if not isinstance(k, int) or isinstance(k, bool):
       raise UserError('each k-hop line needs an integer "k"')
@@ -159,23 +178,34 @@ class KHop:
     elif k != self.k:
       raise UserError(f"k={k} but this model was trained for k={self.k} only")
     try:  # Characters first: a bad one is an error even on a too-long line.
-      tokens = khop.encode(text, k if self.k_range else None,
-                           alphabet=self.cfg.alphabet, k_range=self.k_range)
+      tokens = khop.encode(
+          text,
+          k if self.k_range else None,
+          alphabet=self.cfg.alphabet,
+          k_range=self.k_range,
+      )
     except ValueError as e:
       raise UserError(str(e)) from None
     if len(tokens) > max_len:
       raise TooLong(len(tokens), max_len)
     if label is None:
-      labels = khop.hop(khop.encode(text, None, alphabet=self.cfg.alphabet), k,
-                        alphabet=self.cfg.alphabet)
+      labels = khop.hop(
+          khop.encode(text, None, alphabet=self.cfg.alphabet),
+          k,
+          alphabet=self.cfg.alphabet,
+      )
       if self.k_range:
         labels = np.concatenate([[khop.IGNORE], labels])
     else:
       if not isinstance(label, str) or len(label) != len(text):
-        raise UserError(f'"label" must be a string with one character per text '
-                        f'character ({len(text)}), got {label!r}')
+        raise UserError(
+            f'"label" must be a string with one character per text '
+            f"character ({len(text)}), got {label!r}"
+        )
       try:
-        labels = khop.encode_label(label, self.cfg.alphabet, k_range=self.k_range)
+        labels = khop.encode_label(
+            label, self.cfg.alphabet, k_range=self.k_range
+        )
       except ValueError as e:
         raise UserError(f"label: {e}") from None
     return self._pack(tokens[None], np.asarray(labels)[None])
@@ -190,8 +220,10 @@ class TooLong(UserError):
   """A raw example longer than the model's position table."""
 
   def __init__(self, length, max_len):
-    super().__init__(f"sequence of {length} tokens exceeds the model's position "
-                     f"table ({max_len}); it was trained on up to {max_len} tokens")
+    super().__init__(
+        f"sequence of {length} tokens exceeds the model's position "
+        f"table ({max_len}); it was trained on up to {max_len} tokens"
+    )
     self.length, self.max_len = length, max_len
 
 

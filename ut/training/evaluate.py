@@ -52,16 +52,16 @@ import jax
 import ml_collections
 import numpy as np
 
+from ut.errors import UserError
+from ut.io import reports
 from ut.training import data as data_lib
 from ut.training import models
-from ut.io import reports
 from ut.training import train
-from ut.errors import UserError
 from ut.training.tasks import dyck
 from ut.training.tasks import khop
 
-BATCH_SIZE = 256       # Most rows per forward pass.
-MIN_BATCH = 32         # Fewest rows per forward pass (padded by repetition).
+BATCH_SIZE = 256  # Most rows per forward pass.
+MIN_BATCH = 32  # Fewest rows per forward pass (padded by repetition).
 MAX_LISTED_LINES = 20  # Line numbers kept in the report per kind of event.
 
 _apply = jax.jit(models.apply, static_argnums=1)
@@ -70,6 +70,7 @@ _apply = jax.jit(models.apply, static_argnums=1)
 @dataclasses.dataclass(frozen=True)
 class Restored:
   """The latest checkpoint of a training workdir, ready to run."""
+
   params: dict
   spec: models.ModelSpec
   config: ml_collections.ConfigDict
@@ -83,8 +84,10 @@ def load(workdir):
   if isinstance(workdir, Restored):
     return workdir
   if not os.path.isdir(workdir):
-    raise UserError(f"workdir {workdir} does not exist; pass the --workdir "
-                    f"of a training run (python -m launch.train --workdir=...)")
+    raise UserError(
+        f"workdir {workdir} does not exist; pass the --workdir "
+        f"of a training run (python -m launch.train --workdir=...)"
+    )
   params, spec, config, task, step = train.restore_params(workdir)
   return Restored(params, spec, config, task, step, os.path.abspath(workdir))
 
@@ -114,10 +117,15 @@ def evaluate_jsonl(workdir, data_path, out_path=None, overwrite=False):
     except data_lib.TooLong as e:
       too_long.append(number)
       if len(too_long) <= MAX_LISTED_LINES:
-        logging.warning("%s line %d: %d characters (%d tokens) exceed the "
-                        "model's position table (%d tokens); skipped",
-                        data_path, number, len(obj["text"]), e.length,
-                        e.max_len)
+        logging.warning(
+            "%s line %d: %d characters (%d tokens) exceed the "
+            "model's position table (%d tokens); skipped",
+            data_path,
+            number,
+            len(obj["text"]),
+            e.length,
+            e.max_len,
+        )
       continue
     except ValueError as e:  # UserError, or a ValueError from ut/tasks.
       raise UserError(f"{data_path} line {number}: {_clean(e)}") from None
@@ -127,20 +135,28 @@ def evaluate_jsonl(workdir, data_path, out_path=None, overwrite=False):
       disagree.append(number)
     examples.append((number, obj, row))
   if len(too_long) > MAX_LISTED_LINES:
-    logging.warning("%s: %d more lines exceed the position table; skipped",
-                    data_path, len(too_long) - MAX_LISTED_LINES)
+    logging.warning(
+        "%s: %d more lines exceed the position table; skipped",
+        data_path,
+        len(too_long) - MAX_LISTED_LINES,
+    )
   if not examples:
-    raise UserError(f"{data_path}: all {len(too_long)} lines exceed the "
-                    f"model's position table ({model.spec.max_len} tokens); "
-                    f"nothing to evaluate")
+    raise UserError(
+        f"{data_path}: all {len(too_long)} lines exceed the "
+        f"model's position table ({model.spec.max_len} tokens); "
+        f"nothing to evaluate"
+    )
   correct, scored = _score(model, [row for _, _, row in examples])
-  report = _report(model, data_path, examples, correct, scored, too_long,
-                   no_label, disagree)
+  report = _report(
+      model, data_path, examples, correct, scored, too_long, no_label, disagree
+  )
   if model.config.task == "dyck":
     labels = np.array([int(row["labels"][0, -1]) for _, _, row in examples])
     report["breakdown"] = dyck.breakdown(
-        [obj["text"] for _, obj, _ in examples], labels,
-        np.where(correct > 0, labels, 1 - labels))
+        [obj["text"] for _, obj, _ in examples],
+        labels,
+        np.where(correct > 0, labels, 1 - labels),
+    )
   if out_path:
     report["out"] = os.path.abspath(out_path)
     reports.write_json(out_path, report)
@@ -165,11 +181,15 @@ def predict_text(workdir, text, k=None):
   obj = {"text": text}
   is_khop = model.config.task == "khop"
   if k is not None and not is_khop:
-    raise UserError(f"k applies to k-hop models only; {model.workdir} holds a "
-                    f"{model.config.task} model")
+    raise UserError(
+        f"k applies to k-hop models only; {model.workdir} holds a "
+        f"{model.config.task} model"
+    )
   if k is None and is_khop and model.task.k_range:
-    raise UserError(f"this model was trained for k in {model.task.k_range}; "
-                    f"pass k (--k=...)")
+    raise UserError(
+        f"this model was trained for k in {model.task.k_range}; "
+        f"pass k (--k=...)"
+    )
   if k is not None:
     obj["k"] = k
   try:
@@ -199,12 +219,14 @@ def predict_classes(params, spec, tokens_BxT):
   tokens_BxT = np.asarray(tokens_BxT)
   out = []
   for start in range(0, len(tokens_BxT), BATCH_SIZE):
-    chunk = tokens_BxT[start:start + BATCH_SIZE]
+    chunk = tokens_BxT[start : start + BATCH_SIZE]
     padded = np.concatenate(
-        [chunk, np.repeat(chunk[:1], BATCH_SIZE - len(chunk), axis=0)])
-    out.append(np.asarray(_apply(params, spec, padded)).argmax(-1)[:len(chunk)])
-  return (np.concatenate(out) if out else
-          np.zeros(tokens_BxT.shape, np.int64))
+        [chunk, np.repeat(chunk[:1], BATCH_SIZE - len(chunk), axis=0)]
+    )
+    out.append(
+        np.asarray(_apply(params, spec, padded)).argmax(-1)[: len(chunk)]
+    )
+  return np.concatenate(out) if out else np.zeros(tokens_BxT.shape, np.int64)
 
 
 def summary_line(report):
@@ -212,11 +234,14 @@ def summary_line(report):
   acc = report["accuracy"]
   text = (f"accuracy {acc:.4f}" if acc is not None else "accuracy n/a") + (
       f" ({report['num_correct']}/{report['num_scored_positions']} scored "
-      f"positions, {report['num_examples']} examples) at step {report['step']}")
+      f"positions, {report['num_examples']} examples) at step {report['step']}"
+  )
   skipped = report["num_skipped_too_long"]
   if skipped:
-    text += (f"; {_lines(skipped)} skipped (longer than the position table, "
-             f"{report['position_table']} tokens)")
+    text += (
+        f"; {_lines(skipped)} skipped (longer than the position table, "
+        f"{report['position_table']} tokens)"
+    )
   disagree = report["num_labels_disagreeing_with_task"]
   if disagree:
     text += f"; {_lines(disagree)} with a label unlike the task's definition"
@@ -227,20 +252,27 @@ def prediction_line(result):
   """One or two lines for the terminal from a `predict_text` result."""
   if "balanced_prob" in result:
     word = lambda b: "balanced" if b else "not balanced"
-    return (f"{result['text']!r}: predicted {word(result['prediction'])} "
-            f"(balanced prob {result['balanced_prob']:.3f}); truth "
-            f"{word(result['truth'])}")
-  return (f"{result['text']!r} k={result['k']}\n"
-          f"  predicted {result['prediction']}\n"
-          f"  truth     {result['truth']}  ({result['num_correct']}/"
-          f"{result['num_scored']} letter positions correct)")
+    return (
+        f"{result['text']!r}: predicted {word(result['prediction'])} "
+        f"(balanced prob {result['balanced_prob']:.3f}); truth "
+        f"{word(result['truth'])}"
+    )
+  return (
+      f"{result['text']!r} k={result['k']}\n"
+      f"  predicted {result['prediction']}\n"
+      f"  truth     {result['truth']}  ({result['num_correct']}/"
+      f"{result['num_scored']} letter positions correct)"
+  )
 
 
 def _read_lines(path):
   """[(1-based line number, dict)] for the non-empty lines of a JSONL file."""
   if not os.path.isfile(path):
-    raise UserError(f"{path} is not a file" if os.path.exists(path) else
-                    f"data file {path} does not exist")
+    raise UserError(
+        f"{path} is not a file"
+        if os.path.exists(path)
+        else f"data file {path} does not exist"
+    )
   with open(path, "rb") as f:
     raw = f.read().removeprefix(codecs.BOM_UTF8).split(b"\n")
   out = []
@@ -248,20 +280,26 @@ def _read_lines(path):
     try:
       line = line.decode("utf-8").strip()
     except UnicodeDecodeError:
-      raise UserError(f"{path} line {number}: not UTF-8 text; the data must be "
-                      f"JSONL (one JSON object per line)") from None
+      raise UserError(
+          f"{path} line {number}: not UTF-8 text; the data must be "
+          f"JSONL (one JSON object per line)"
+      ) from None
     if not line:
       continue
     try:
       obj = json.loads(line)
     except json.JSONDecodeError as e:
-      raise UserError(f"{path} line {number}: invalid JSON ({e.msg} at column "
-                      f"{e.colno}); each line must be one JSON object such as "
-                      f'{{"text": ..., "label": ...}}') from None
+      raise UserError(
+          f"{path} line {number}: invalid JSON ({e.msg} at column "
+          f"{e.colno}); each line must be one JSON object such as "
+          f'{{"text": ..., "label": ...}}'
+      ) from None
     if not isinstance(obj, dict):
-      raise UserError(f"{path} line {number}: expected a JSON object such "
-                      f'as {{"text": ..., "label": ...}}, got '
-                      f"{type(obj).__name__}")
+      raise UserError(
+          f"{path} line {number}: expected a JSON object such "
+          f'as {{"text": ..., "label": ...}}, got '
+          f"{type(obj).__name__}"
+      )
     out.append((number, obj))
   return out
 
@@ -277,10 +315,12 @@ def _clean(error):
 
 def _disagrees_with_task(task, obj, row, max_len):
   """True when the given label and the task's differ on a scored position."""
-  truth = task.encode_example({k: v for k, v in obj.items() if k != "label"},
-                              max_len)
-  return bool(np.any((row["labels"] != truth["labels"]) &
-                     (row["mask"] | truth["mask"])))
+  truth = task.encode_example(
+      {k: v for k, v in obj.items() if k != "label"}, max_len
+  )
+  return bool(
+      np.any((row["labels"] != truth["labels"]) & (row["mask"] | truth["mask"]))
+  )
 
 
 def _score(model, rows):
@@ -292,9 +332,11 @@ def _score(model, rows):
   scored = np.zeros(len(rows), np.int64)
   for indices in groups.values():
     for start in range(0, len(indices), BATCH_SIZE):
-      chunk = indices[start:start + BATCH_SIZE]
-      batch = {key: np.concatenate([rows[i][key] for i in chunk])
-               for key in ("tokens", "labels", "mask")}
+      chunk = indices[start : start + BATCH_SIZE]
+      batch = {
+          key: np.concatenate([rows[i][key] for i in chunk])
+          for key in ("tokens", "labels", "mask")
+      }
       pred_BxT = _logits(model, batch["tokens"]).argmax(-1)
       hit_BxT = (pred_BxT == batch["labels"]) & batch["mask"]
       correct[chunk] = hit_BxT.sum(axis=1)
@@ -312,12 +354,14 @@ def _logits(model, tokens_BxT):
   padded = min(BATCH_SIZE, max(MIN_BATCH, 1 << (b - 1).bit_length()))
   if padded > b:
     tokens_BxT = np.concatenate(
-        [tokens_BxT, np.repeat(tokens_BxT[:1], padded - b, axis=0)])
+        [tokens_BxT, np.repeat(tokens_BxT[:1], padded - b, axis=0)]
+    )
   return np.asarray(_apply(model.params, model.spec, tokens_BxT))[:b]
 
 
-def _report(model, data_path, examples, correct, scored, too_long, no_label,
-            disagree):
+def _report(
+    model, data_path, examples, correct, scored, too_long, no_label, disagree
+):
   """The report dict of `evaluate_jsonl`."""
   total_correct, total_scored = int(correct.sum()), int(scored.sum())
   has_scored = scored > 0
@@ -343,9 +387,13 @@ def _report(model, data_path, examples, correct, scored, too_long, no_label,
       "mean_line_accuracy": float(np.mean(line_acc)) if line_acc.size else None,
       "num_lines_without_scored_positions": int((~has_scored).sum()),
       "by_text_length": {
-          str(n): {"examples": e, "accuracy": c / s if s else None,
-                   "scored_positions": s}
-          for n, (e, c, s) in sorted(by_length.items())},
+          str(n): {
+              "examples": e,
+              "accuracy": c / s if s else None,
+              "scored_positions": s,
+          }
+          for n, (e, c, s) in sorted(by_length.items())
+      },
       "num_labels_from_task": len(no_label),
       "labels_from_task_lines": no_label[:MAX_LISTED_LINES],
       "num_labels_disagreeing_with_task": len(disagree),

@@ -53,6 +53,7 @@ IMPLS = ("reference", "xla_cpu", "auto")
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
   """Static description of a model (hashable: safe as a jit static argument)."""
+
   kind: str
   variant: str
   vocab_size: int
@@ -60,39 +61,59 @@ class ModelSpec:
   num_classes: int
   num_heads: int = 2
   num_layers: int = 2
-  width: int = 16          # d: virtual target width (sparse) or model width (trained).
-  m: int = 256             # random: UT width.
-  head_width: int = 32     # random: k_u; trained: k per head.
+  width: int = 16  # d: virtual target width (sparse) or model width (trained).
+  m: int = 256  # random: UT width.
+  head_width: int = 32  # random: k_u; trained: k per head.
   mlp_ratio: int = 2
-  mlp_width: int = 0       # F, the MLP's hidden width; 0: mlp_ratio * M.
+  mlp_width: int = 0  # F, the MLP's hidden width; 0: mlp_ratio * M.
   causal: bool = True
-  ut_seed: int = 0         # random: seed of the frozen weights.
-  shared: bool = False     # random: one set of weights for every layer.
+  ut_seed: int = 0  # random: seed of the frozen weights.
+  shared: bool = False  # random: one set of weights for every layer.
   embed_scale: float = 1.0  # Std of E's initial entries (token and position).
-  impl: str = "auto"       # "reference", "xla_cpu", or "auto" (by backend).
+  impl: str = "auto"  # "reference", "xla_cpu", or "auto" (by backend).
 
   def __post_init__(self):
     if self.kind not in KINDS:
       raise UserError(f"unknown model kind {self.kind!r}; use one of {KINDS}")
     if self.variant not in VARIANTS:
-      raise UserError(f"unknown variant {self.variant!r}; use one of {VARIANTS}")
+      raise UserError(
+          f"unknown variant {self.variant!r}; use one of {VARIANTS}"
+      )
     if self.impl not in IMPLS:
       raise UserError(f"unknown model.impl={self.impl!r}; use one of {IMPLS}")
-    for name in ("vocab_size", "max_len", "num_classes", "num_heads",
-                 "num_layers", "width", "m", "head_width", "mlp_ratio"):
+    for name in (
+        "vocab_size",
+        "max_len",
+        "num_classes",
+        "num_heads",
+        "num_layers",
+        "width",
+        "m",
+        "head_width",
+        "mlp_ratio",
+    ):
       v = getattr(self, name)
       if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
         raise UserError(f"model.{name}={v!r} must be a positive integer")
-    if (not isinstance(self.embed_scale, (int, float, np.number))
+    if (
+        not isinstance(self.embed_scale, (int, float, np.number))
         or isinstance(self.embed_scale, bool)
-        or not 0 < self.embed_scale < np.inf):
-      raise UserError(f"model.embed_scale={self.embed_scale!r} must be a "
-                      "positive number (the std of E's initial entries, e.g. 1.0)")
+        or not 0 < self.embed_scale < np.inf
+    ):
+      raise UserError(
+          f"model.embed_scale={self.embed_scale!r} must be a "
+          "positive number (the std of E's initial entries, e.g. 1.0)"
+      )
     targets.check_seed(self.ut_seed, "model.ut_seed")
-    if (not isinstance(self.mlp_width, (int, np.integer))
-        or isinstance(self.mlp_width, bool) or self.mlp_width < 0):
-      raise UserError(f"model.mlp_width={self.mlp_width!r} must be a positive "
-                      "integer, or 0 for mlp_ratio * model width")
+    if (
+        not isinstance(self.mlp_width, (int, np.integer))
+        or isinstance(self.mlp_width, bool)
+        or self.mlp_width < 0
+    ):
+      raise UserError(
+          f"model.mlp_width={self.mlp_width!r} must be a positive "
+          "integer, or 0 for mlp_ratio * model width"
+      )
 
   @property
   def model_width(self):
@@ -125,23 +146,26 @@ def init(key, spec, dtype=jnp.float32):
   k_tok, k_pos, k_u, k_layers, k_mlp = jax.random.split(key, 5)
   params = {
       "embed": {
-          "token": spec.embed_scale * jax.random.normal(
-              k_tok, (spec.vocab_size, m), dtype),
-          "position": spec.embed_scale * jax.random.normal(
-              k_pos, (spec.max_len, m), dtype),
+          "token": spec.embed_scale
+          * jax.random.normal(k_tok, (spec.vocab_size, m), dtype),
+          "position": spec.embed_scale
+          * jax.random.normal(k_pos, (spec.max_len, m), dtype),
       },
       "unembed": jax.random.normal(k_u, (m, c), dtype) / np.sqrt(m),
   }
   h, num_layers, k = spec.num_heads, spec.num_layers, spec.head_width
   if spec.kind == "random":
-    ut = gaussian.make_gaussian_ut(h, num_layers, m, k, spec.ut_seed,
-                                   shared=spec.shared, dtype=np.float32)
-    params["layers"] = {name: jnp.asarray(ut[name], dtype)
-                        for name in ("wq", "wk", "wv")}
+    ut = gaussian.make_gaussian_ut(
+        h, num_layers, m, k, spec.ut_seed, shared=spec.shared, dtype=np.float32
+    )
+    params["layers"] = {
+        name: jnp.asarray(ut[name], dtype) for name in ("wq", "wk", "wv")
+    }
   elif spec.kind == "trained":
     ks = jax.random.split(k_layers, 4)
-    normal = lambda key, shape, fan_in: (jax.random.normal(key, shape, dtype)
-                                         / np.sqrt(fan_in))
+    normal = lambda key, shape, fan_in: (
+        jax.random.normal(key, shape, dtype) / np.sqrt(fan_in)
+    )
     params["layers"] = {
         "wq": normal(ks[0], (num_layers, h, m, k), m),
         "wk": normal(ks[1], (num_layers, h, m, k), m),
@@ -166,8 +190,9 @@ def init(key, spec, dtype=jnp.float32):
     params["unembed"] = take(params["unembed"], 0)
     if "mlp" in params:
       p = params["mlp"]
-      params["mlp"] = dict(p, w1=take(p["w1"], 1), w2=take(p["w2"], 2),
-                           b2=take(p["b2"], 1))
+      params["mlp"] = dict(
+          p, w1=take(p["w1"], 1), w2=take(p["w2"], 2), b2=take(p["b2"], 1)
+      )
   return params
 
 
@@ -228,35 +253,47 @@ def layer_norm(z, eps=1e-5):
 def embed(params, tokens_BxT):
   """E: token table rows plus position table rows, (B, T, M)."""
   t = tokens_BxT.shape[1]
-  return (params["embed"]["token"][tokens_BxT]
-          + params["embed"]["position"][:t][None])
+  return (
+      params["embed"]["token"][tokens_BxT]
+      + params["embed"]["position"][:t][None]
+  )
 
 
 def attention(params, spec, z_BxTxM, layer, precision=None):
   """One attention layer (no residual) of the configured kind."""
   if spec.kind == "sparse":
-    return sparse.route_layer(spec.sparse_ut, z_BxTxM, causal=spec.causal,
-                              precision=precision)
+    return sparse.route_layer(
+        spec.sparse_ut, z_BxTxM, causal=spec.causal, precision=precision
+    )
   return transformer.attention_layer(
-      z_BxTxM, *transformer.layer_params(params["layers"], layer),
-      causal=spec.causal, precision=precision)
+      z_BxTxM,
+      *transformer.layer_params(params["layers"], layer),
+      causal=spec.causal,
+      precision=precision,
+  )
 
 
 def mlp(params, z_BxTxM, layer, precision=None):
   """MLP(z) of one layer: gelu(z W1 + b1) W2 + b2."""
   w = jax.tree.map(lambda a: a[layer], params["mlp"])
-  hidden = jax.nn.gelu(jnp.einsum("btm,mf->btf", z_BxTxM, w["w1"],
-                                  precision=precision) + w["b1"][None, None])
-  return (jnp.einsum("btf,fm->btm", hidden, w["w2"], precision=precision)
-          + w["b2"][None, None])
+  hidden = jax.nn.gelu(
+      jnp.einsum("btm,mf->btf", z_BxTxM, w["w1"], precision=precision)
+      + w["b1"][None, None]
+  )
+  return (
+      jnp.einsum("btf,fm->btm", hidden, w["w2"], precision=precision)
+      + w["b2"][None, None]
+  )
 
 
 def apply(params, spec, tokens_BxT, precision=None):
   """Logits (B, T, C) for token ids (B, T), by the implementation spec.impl
   selects: the textbook computation below, or `ut.cpu.forward.apply`."""
   if tokens_BxT.shape[1] > spec.max_len:
-    raise UserError(f"sequence length {tokens_BxT.shape[1]} exceeds the model's "
-                    f"position table ({spec.max_len})")
+    raise UserError(
+        f"sequence length {tokens_BxT.shape[1]} exceeds the model's "
+        f"position table ({spec.max_len})"
+    )
   if resolve_impl(spec.impl) == "xla_cpu":
     return cpu_forward.apply(params, spec, tokens_BxT, precision)
   ln = spec.variant != "attn"

@@ -17,19 +17,19 @@ from absl import logging
 import flax.struct
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 import ml_collections
 import numpy as np
 import optax
 import orbax.checkpoint as ocp
-from jax.sharding import Mesh
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
-from ut.training import data as data_lib
-from ut.training import models
-from ut.io import reports
 from ut.cpu import host
 from ut.errors import UserError
+from ut.io import reports
+from ut.training import data as data_lib
+from ut.training import models
 
 
 class TrainingDiverged(UserError):
@@ -47,20 +47,35 @@ def model_spec(config, task_info):
   """The ModelSpec of a config (its `model` block plus the task's sizes)."""
   mc = config.model
   return models.ModelSpec(
-      kind=mc.kind, variant=mc.variant, vocab_size=task_info.vocab_size,
-      max_len=task_info.max_len, num_classes=task_info.num_classes,
-      num_heads=mc.num_heads, num_layers=mc.num_layers, width=mc.width, m=mc.m,
-      head_width=mc.head_width, mlp_ratio=mc.mlp_ratio,
-      mlp_width=mc.get("mlp_width", 0), causal=mc.causal,
-      ut_seed=mc.ut_seed, shared=mc.shared,
-      embed_scale=mc.get("embed_scale", 1.0), impl=mc.get("impl", "auto"))
+      kind=mc.kind,
+      variant=mc.variant,
+      vocab_size=task_info.vocab_size,
+      max_len=task_info.max_len,
+      num_classes=task_info.num_classes,
+      num_heads=mc.num_heads,
+      num_layers=mc.num_layers,
+      width=mc.width,
+      m=mc.m,
+      head_width=mc.head_width,
+      mlp_ratio=mc.mlp_ratio,
+      mlp_width=mc.get("mlp_width", 0),
+      causal=mc.causal,
+      ut_seed=mc.ut_seed,
+      shared=mc.shared,
+      embed_scale=mc.get("embed_scale", 1.0),
+      impl=mc.get("impl", "auto"),
+  )
 
 
 def lr_schedule(tc, peak_lr):
   """peak_lr times a warmup (from 0) + cosine (to final_lr_frac) shape."""
   shape = optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=1.0, warmup_steps=tc.warmup_steps,
-      decay_steps=max(tc.steps, tc.warmup_steps + 1), end_value=tc.final_lr_frac)
+      init_value=0.0,
+      peak_value=1.0,
+      warmup_steps=tc.warmup_steps,
+      decay_steps=max(tc.steps, tc.warmup_steps + 1),
+      end_value=tc.final_lr_frac,
+  )
   return lambda step: peak_lr * shape(step)
 
 
@@ -74,15 +89,24 @@ def make_optimizer(config, params, spec, peak_lr=None):
   tc = config.train
 
   def inner(peak_lr):
-    return optax.chain(optax.clip_by_global_norm(tc.grad_clip),
-                       optax.adamw(lr_schedule(tc, peak_lr), b1=0.9, b2=0.98,
-                                   weight_decay=tc.weight_decay))
+    return optax.chain(
+        optax.clip_by_global_norm(tc.grad_clip),
+        optax.adamw(
+            lr_schedule(tc, peak_lr),
+            b1=0.9,
+            b2=0.98,
+            weight_decay=tc.weight_decay,
+        ),
+    )
 
   peak_lr = tc.lr if peak_lr is None else peak_lr
   tx = optax.multi_transform(
-      {"train": optax.inject_hyperparams(inner)(peak_lr=peak_lr),
-       "frozen": optax.set_to_zero()},
-      models.labels(params, spec))
+      {
+          "train": optax.inject_hyperparams(inner)(peak_lr=peak_lr),
+          "frozen": optax.set_to_zero(),
+      },
+      models.labels(params, spec),
+  )
   return tx, lr_schedule(tc, tc.lr)
 
 
@@ -96,7 +120,8 @@ def loss_and_metrics(params, spec, batch, mean=True):
   labels = batch["labels"]
   valid = labels >= 0
   ce = optax.softmax_cross_entropy_with_integer_labels(
-      logits, jnp.maximum(labels, 0))
+      logits, jnp.maximum(labels, 0)
+  )
   correct = (jnp.argmax(logits, -1) == labels) & batch["mask"]
   metrics = dict(correct=jnp.sum(correct), count=jnp.sum(batch["mask"]))
   if not mean:
@@ -107,9 +132,11 @@ def loss_and_metrics(params, spec, batch, mean=True):
 
 def _stop_frozen_gradients(params, spec):
   """Frozen leaves get stop_gradient: XLA then skips their weight gradients."""
-  return jax.tree.map(lambda p, label: jax.lax.stop_gradient(p)
-                      if label == "frozen" else p,
-                      params, models.labels(params, spec))
+  return jax.tree.map(
+      lambda p, label: jax.lax.stop_gradient(p) if label == "frozen" else p,
+      params,
+      models.labels(params, spec),
+  )
 
 
 def default_microbatches(batch_size, num_tokens, spec):
@@ -117,8 +144,9 @@ def default_microbatches(batch_size, num_tokens, spec):
   into by default: `ut.cpu.host.microbatches`, cache-sized parts on CPU and
   the whole batch elsewhere. A token's activations are the model width wide,
   plus the MLP's hidden width with res_ln_mlp."""
-  width = spec.model_width + (spec.mlp_hidden_width
-                              if spec.variant == "res_ln_mlp" else 0)
+  width = spec.model_width + (
+      spec.mlp_hidden_width if spec.variant == "res_ln_mlp" else 0
+  )
   return host.microbatches(batch_size, num_tokens, kind=spec.kind, width=width)
 
 
@@ -131,15 +159,18 @@ def step_microbatches(config):
   if value == "auto":
     return None
   if not str(value).isdigit() or int(value) < 1:
-    raise UserError(f"config.cpu.microbatches={value!r}; use auto or a "
-                    f"positive integer that divides the batch, e.g. 1")
+    raise UserError(
+        f"config.cpu.microbatches={value!r}; use auto or a "
+        f"positive integer that divides the batch, e.g. 1"
+    )
   return int(value)
 
 
 def _split(batch, n):
   """Every (B, ...) array of the batch as (n, B / n, ...): n microbatches."""
   return jax.tree.map(
-      lambda a: a.reshape(n, a.shape[0] // n, *a.shape[1:]), batch)
+      lambda a: a.reshape(n, a.shape[0] // n, *a.shape[1:]), batch
+  )
 
 
 def train_step(state, batch, *, spec, tx, microbatches=None):
@@ -155,12 +186,16 @@ def train_step(state, batch, *, spec, tx, microbatches=None):
     raise ValueError(f"microbatches={n} does not divide the batch size {b}")
   if n == 1:
     grad_fn = jax.value_and_grad(
-        lambda p: loss_and_metrics(_stop_frozen_gradients(p, spec), spec, batch),
-        has_aux=True)
+        lambda p: loss_and_metrics(
+            _stop_frozen_gradients(p, spec), spec, batch
+        ),
+        has_aux=True,
+    )
     (_, metrics), grads = grad_fn(state.params)
     return apply_gradients(state, grads, metrics, tx)
   return apply_gradient_sums(
-      state, grad_sums(state.params, batch, spec=spec, microbatches=n), tx)
+      state, grad_sums(state.params, batch, spec=spec, microbatches=n), tx
+  )
 
 
 def grad_sums(params, batch, *, spec, microbatches):
@@ -168,14 +203,20 @@ def grad_sums(params, batch, *, spec, microbatches):
   `microbatches` equal parts by a `lax.scan`; metrics['labelled'] counts the
   labelled positions. Sums add up across parts, and across devices."""
   grad_fn = jax.value_and_grad(
-      lambda p, part: loss_and_metrics(_stop_frozen_gradients(p, spec), spec,
-                                       part, mean=False), has_aux=True)
+      lambda p, part: loss_and_metrics(
+          _stop_frozen_gradients(p, spec), spec, part, mean=False
+      ),
+      has_aux=True,
+  )
   parts = _split(batch, microbatches)
   zeros = jax.tree.map(
       lambda a: jnp.zeros(a.shape, a.dtype),
-      jax.eval_shape(grad_fn, params, jax.tree.map(lambda a: a[0], parts)))
-  add = lambda total, part: (jax.tree.map(jnp.add, total,
-                                          grad_fn(params, part)), None)
+      jax.eval_shape(grad_fn, params, jax.tree.map(lambda a: a[0], parts)),
+  )
+  add = lambda total, part: (
+      jax.tree.map(jnp.add, total, grad_fn(params, part)),
+      None,
+  )
   return jax.lax.scan(add, zeros, parts)[0]
 
 
@@ -193,7 +234,8 @@ def data_parallel_step(spec, tx, mesh, microbatches=None):
 
   sums = _summed_over_shares(local, mesh)
   return lambda state, batch: apply_gradient_sums(
-      state, sums(state.params, batch), tx)
+      state, sums(state.params, batch), tx
+  )
 
 
 def _summed_over_shares(local, mesh):
@@ -202,8 +244,13 @@ def _summed_over_shares(local, mesh):
   # check_vma=False: the custom VJPs of `ut.core.transformer` do not annotate how
   # their outputs vary across devices.
   summed = lambda params, batch: jax.lax.psum(local(params, batch), "batch")
-  return jax.shard_map(summed, mesh=mesh, in_specs=(P(), P("batch")),
-                       out_specs=P(), check_vma=False)
+  return jax.shard_map(
+      summed,
+      mesh=mesh,
+      in_specs=(P(), P("batch")),
+      out_specs=P(),
+      check_vma=False,
+  )
 
 
 def compiler_options(config):
@@ -214,9 +261,16 @@ def compiler_options(config):
 
 
 # Config fields that count steps or examples, and the least value that works.
-_AT_LEAST = {"train.steps": 1, "train.batch_size": 1, "train.log_every": 1,
-             "train.checkpoint_every": 1, "train.warmup_steps": 0,
-             "eval.every": 1, "eval.num": 1, "eval.batch_size": 1}
+_AT_LEAST = {
+    "train.steps": 1,
+    "train.batch_size": 1,
+    "train.log_every": 1,
+    "train.checkpoint_every": 1,
+    "train.warmup_steps": 0,
+    "eval.every": 1,
+    "eval.num": 1,
+    "eval.batch_size": 1,
+}
 
 
 def check_schedule(config):
@@ -227,7 +281,11 @@ def check_schedule(config):
     if not isinstance(value, int) or isinstance(value, bool) or value < least:
       raise UserError(f"config.{dotted}={value!r}; use an integer >= {least}")
   lr = config.train.lr
-  if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < np.inf:
+  if (
+      isinstance(lr, bool)
+      or not isinstance(lr, (int, float))
+      or not 0 < lr < np.inf
+  ):
     raise UserError(f"config.train.lr={lr!r}; use a positive number, e.g. 1e-3")
 
 
@@ -237,15 +295,19 @@ def check_data_parallel(config):
   config.cpu.microbatches parts."""
   n, b = jax.local_device_count(), config.train.batch_size
   if config.train.data_parallel and b % n:
-    raise UserError(f"config.train.batch_size={b} must be a multiple of the "
-                    f"{n} devices it is split over (config.train.data_parallel)"
-                    f"; e.g. batch_size={n * max(1, b // n)}")
+    raise UserError(
+        f"config.train.batch_size={b} must be a multiple of the "
+        f"{n} devices it is split over (config.train.data_parallel)"
+        f"; e.g. batch_size={n * max(1, b // n)}"
+    )
   parts = step_microbatches(config)
   share = b // n if config.train.data_parallel else b
   if parts is not None and share % parts:
-    raise UserError(f"config.cpu.microbatches={parts} must divide the "
-                    f"{share} strings of each step's batch on a device "
-                    f"(config.train.batch_size={b}); e.g. microbatches=1")
+    raise UserError(
+        f"config.cpu.microbatches={parts} must divide the "
+        f"{share} strings of each step's batch on a device "
+        f"(config.train.batch_size={b}); e.g. microbatches=1"
+    )
 
 
 def make_step(config, spec, tx):
@@ -260,28 +322,51 @@ def make_step(config, spec, tx):
   options = compiler_options(config)
   parts = step_microbatches(config)
   if not config.train.data_parallel:
-    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-             else os.cpu_count() or 1)
-    if (jax.default_backend() == "cpu" and jax.local_device_count() == 1
-        and cores > 1):
-      logging.info("one device on %d cores: `launch.train --cpu_devices=%d` "
-                   "splits each batch over them (data parallel: 1.17-1.76x "
-                   "the steps/s on 2 cores, results/bench/dp), and "
-                   "`launch.sweep --workers=%d` trains that many runs at once",
-                   cores, cores, cores)
-    return (jax.jit(functools.partial(train_step, spec=spec, tx=tx,
-                                      microbatches=parts),
-                    donate_argnums=0, **options), lambda s: s, lambda b: b)
+    cores = (
+        len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count() or 1
+    )
+    if (
+        jax.default_backend() == "cpu"
+        and jax.local_device_count() == 1
+        and cores > 1
+    ):
+      logging.info(
+          "one device on %d cores: `launch.train --cpu_devices=%d` "
+          "splits each batch over them (data parallel: 1.17-1.76x "
+          "the steps/s on 2 cores, results/bench/dp), and "
+          "`launch.sweep --workers=%d` trains that many runs at once",
+          cores,
+          cores,
+          cores,
+      )
+    return (
+        jax.jit(
+            functools.partial(train_step, spec=spec, tx=tx, microbatches=parts),
+            donate_argnums=0,
+            **options,
+        ),
+        lambda s: s,
+        lambda b: b,
+    )
   check_data_parallel(config)
   mesh = batch_mesh()
-  logging.info("data parallel: each batch split over %d %s devices",
-               mesh.size, jax.default_backend())
-  step = jax.jit(data_parallel_step(spec, tx, mesh, parts), donate_argnums=0,
-                 **options)
+  logging.info(
+      "data parallel: each batch split over %d %s devices",
+      mesh.size,
+      jax.default_backend(),
+  )
+  step = jax.jit(
+      data_parallel_step(spec, tx, mesh, parts), donate_argnums=0, **options
+  )
   rows = NamedSharding(mesh, P("batch"))
   copies = NamedSharding(mesh, P())
-  return (step, lambda s: jax.device_put(s, copies),
-          lambda b: jax.device_put(b, rows))
+  return (
+      step,
+      lambda s: jax.device_put(s, copies),
+      lambda b: jax.device_put(b, rows),
+  )
 
 
 def batch_mesh():
@@ -303,8 +388,10 @@ def apply_gradients(state, grads, metrics, tx):
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics["grad_norm"] = optax.tree.norm(grads)
-  return TrainState(step=state.step + 1, params=params,
-                    opt_state=opt_state), metrics
+  return (
+      TrainState(step=state.step + 1, params=params, opt_state=opt_state),
+      metrics,
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("spec", "microbatches"))
@@ -316,14 +403,17 @@ def eval_step(params, batch, *, spec, microbatches=1):
   """
   if microbatches == 1:
     return loss_and_metrics(params, spec, batch)[1]
-  return _mean_loss(eval_sums(params, batch, spec=spec, microbatches=microbatches))
+  return _mean_loss(
+      eval_sums(params, batch, spec=spec, microbatches=microbatches)
+  )
 
 
 def eval_sums(params, batch, *, spec, microbatches):
   """(cross-entropy sum, metrics with 'labelled') of one batch, in parts."""
-  sums = jax.lax.map(lambda part: loss_and_metrics(params, spec, part,
-                                                   mean=False),
-                     _split(batch, microbatches))
+  sums = jax.lax.map(
+      lambda part: loss_and_metrics(params, spec, part, mean=False),
+      _split(batch, microbatches),
+  )
   return jax.tree.map(lambda a: a.sum(0), sums)
 
 
@@ -356,11 +446,20 @@ def held_out_metrics(params, spec, eval_batches, mesh=None):
   loss_sum = 0.0
   for batch in eval_batches:
     if mesh is not None and len(batch["tokens"]) % mesh.size == 0:
-      m = jax.device_get(data_parallel_eval_step(spec, mesh)(
-          params, jax.device_put(batch, NamedSharding(mesh, P("batch")))))
+      m = jax.device_get(
+          data_parallel_eval_step(spec, mesh)(
+              params, jax.device_put(batch, NamedSharding(mesh, P("batch")))
+          )
+      )
     else:
-      m = jax.device_get(eval_step(params, batch, spec=spec, microbatches=(
-          default_microbatches(*batch["tokens"].shape, spec))))
+      m = jax.device_get(
+          eval_step(
+              params,
+              batch,
+              spec=spec,
+              microbatches=(default_microbatches(*batch["tokens"].shape, spec)),
+          )
+      )
     correct += int(m["correct"])
     count += int(m["count"])
     loss_sum += float(m["loss"]) * len(batch["tokens"])
@@ -383,19 +482,24 @@ def eval_batches(config, task, split="valid"):
   if full is None:
     full = task.batch(config.eval.num, data_lib.stream_seed(config.seed, 1))
   n, bs = len(full["tokens"]), config.eval.batch_size
-  return [jax.tree.map(lambda a, i=i: a[i:i + bs], full)
-          for i in range(0, n, bs)]
+  return [
+      jax.tree.map(lambda a, i=i: a[i : i + bs], full) for i in range(0, n, bs)
+  ]
 
 
 def train_batch(config, task, step):
-  return task.batch(config.train.batch_size,
-                    data_lib.stream_seed(config.seed, 0, step))
+  return task.batch(
+      config.train.batch_size, data_lib.stream_seed(config.seed, 0, step)
+  )
 
 
 # Config fields added after runs were recorded: their value in older runs.
-_ADDED_FIELDS = {"model.mlp_width": 0, "model.embed_scale": 1.0,
-                 "model.impl": "auto",
-                 "train.data_parallel": False}
+_ADDED_FIELDS = {
+    "model.mlp_width": 0,
+    "model.embed_scale": 1.0,
+    "model.impl": "auto",
+    "train.data_parallel": False,
+}
 # Fields that older runs recorded and that are gone since (moved to the CPU
 # overlay, configs/cpu.py).
 _REMOVED_FIELDS = ("train.ynn_fusions",)
@@ -428,9 +532,11 @@ def _refuse_old_sparse_order(raw, workdir):
   would be read in the wrong order, so it cannot be resumed or evaluated."""
   model = raw.get("model", {})
   if model.get("kind") == "sparse" and "impl" not in model:
-    raise UserError(f"{workdir} holds a sparse-UT run saved in the block order "
-                    f"used before the redesign (its config has no model.impl); "
-                    f"retrain it in a new --workdir")
+    raise UserError(
+        f"{workdir} holds a sparse-UT run saved in the block order "
+        f"used before the redesign (its config has no model.impl); "
+        f"retrain it in a new --workdir"
+    )
 
 
 def _parent(tree, dotted):
@@ -464,10 +570,12 @@ def _check_workdir_config(config, workdir):
     stored = stored_config(raw)
     run = stored_config(current)  # Host settings may differ.
     if stored != run:
-      raise UserError(f"workdir {workdir} holds a run with a different config "
-                      f"(differs in {', '.join(config_diff(stored, run))}); "
-                      f"use a new --workdir to start afresh, or the same config "
-                      f"to resume")
+      raise UserError(
+          f"workdir {workdir} holds a run with a different config "
+          f"(differs in {', '.join(config_diff(stored, run))}); "
+          f"use a new --workdir to start afresh, or the same config "
+          f"to resume"
+      )
   else:
     reports.write_json(path, current)
 
@@ -476,8 +584,10 @@ def load_config(workdir):
   """The ConfigDict a workdir was trained with."""
   path = os.path.join(workdir, "config.json")
   if not os.path.exists(path):
-    raise UserError(f"{workdir} has no config.json: is it a training workdir "
-                    f"(python -m launch.train --workdir=...)?")
+    raise UserError(
+        f"{workdir} has no config.json: is it a training workdir "
+        f"(python -m launch.train --workdir=...)?"
+    )
   with open(path) as f:
     raw = json.load(f)
   _refuse_old_sparse_order(raw, workdir)
@@ -487,14 +597,24 @@ def load_config(workdir):
 def checkpoint_manager(workdir, max_to_keep=2):
   return ocp.CheckpointManager(
       os.path.join(os.path.abspath(workdir), "checkpoints"),
-      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+      options=ocp.CheckpointManagerOptions(
+          max_to_keep=max_to_keep, create=True
+      ),
+  )
 
 
 def init_state(config, spec):
   params = models.init(jax.random.PRNGKey(config.seed), spec)
   tx, schedule = make_optimizer(config, params, spec)
-  return TrainState(step=jnp.asarray(0, jnp.int32), params=params,
-                    opt_state=tx.init(params)), tx, schedule
+  return (
+      TrainState(
+          step=jnp.asarray(0, jnp.int32),
+          params=params,
+          opt_state=tx.init(params),
+      ),
+      tx,
+      schedule,
+  )
 
 
 def restore_params(workdir):
@@ -527,8 +647,11 @@ class _CsvLog:
         f.write("\n".join([header] + rows) + "\n")
     self.header_written = os.path.exists(path)
     # The loss of the last kept row (for a resume with no steps left to run).
-    self.last_loss = (float(dict(zip(header.split(","), rows[-1].split(",")))["loss"])
-                      if rows else None)
+    self.last_loss = (
+        float(dict(zip(header.split(","), rows[-1].split(",")))["loss"])
+        if rows
+        else None
+    )
 
   def write(self, row):
     with open(self.path, "a") as f:
@@ -552,9 +675,14 @@ def train_and_evaluate(config, workdir):
   os.makedirs(workdir, exist_ok=True)
   _check_workdir_config(config, workdir)
   state, tx, _ = init_state(config, spec)
-  logging.info("model %s/%s width %d: %d trainable of %d parameters", spec.kind,
-               spec.variant, spec.model_width, trainable_count(state.params, spec),
-               sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params)))
+  logging.info(
+      "model %s/%s width %d: %d trainable of %d parameters",
+      spec.kind,
+      spec.variant,
+      spec.model_width,
+      trainable_count(state.params, spec),
+      sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params)),
+  )
   mngr = checkpoint_manager(workdir)
   start_step = mngr.latest_step() or 0
   if start_step:
@@ -578,14 +706,21 @@ def train_and_evaluate(config, workdir):
 
   try:  # Finish an in-flight async save and close the log even on errors.
     result = train_loop(
-        place_state(state), step_fn,
-        lambda step: place_batch(train_batch(config, task, step)), [config],
+        place_state(state),
+        step_fn,
+        lambda step: place_batch(train_batch(config, task, step)),
+        [config],
         evaluate=lambda state, runs: {
-            0: held_out_metrics(state.params, spec, held_out, eval_mesh)},
-        start_step=start_step, last_loss=[train_log.last_loss],
-        on_log=on_log, on_eval=on_eval,
-        save=lambda step, state: mngr.save(step,
-                                           args=ocp.args.StandardSave(state)))
+            0: held_out_metrics(state.params, spec, held_out, eval_mesh)
+        },
+        start_step=start_step,
+        last_loss=[train_log.last_loss],
+        on_log=on_log,
+        on_eval=on_eval,
+        save=lambda step, state: mngr.save(
+            step, args=ocp.args.StandardSave(state)
+        ),
+    )
   finally:
     mngr.wait_until_finished()
     mngr.close()
@@ -593,9 +728,10 @@ def train_and_evaluate(config, workdir):
       writer.close()
   if result.diverged:
     raise TrainingDiverged(result.diverged[0])
-  final = dict(run_summary(config, spec, result.state.params, result, 0,
-                           task),
-               provenance=reports.provenance(config))
+  final = dict(
+      run_summary(config, spec, result.state.params, result, 0, task),
+      provenance=reports.provenance(config),
+  )
   reports.write_json(os.path.join(workdir, "metrics.json"), final)
   return final
 
@@ -610,6 +746,7 @@ class LoopResult:
   evals: each run's held-out metrics at its last evaluation.
   diverged: a diagnosis for each run whose loss became NaN or inf.
   """
+
   state: TrainState
   step: int
   last_loss: list
@@ -619,13 +756,27 @@ class LoopResult:
 
 def divergence(loss, step, last_loss, grad_norm, lr):
   """The diagnosis of a run whose training loss became `loss` at `step`."""
-  return (f"loss became {loss} at step {step} (last finite loss {last_loss}, "
-          f"grad norm {grad_norm:.3g}, lr {lr:.3g}); lower --config.train.lr "
-          f"or --config.train.grad_clip, or use a res_ln variant")
+  return (
+      f"loss became {loss} at step {step} (last finite loss {last_loss}, "
+      f"grad norm {grad_norm:.3g}, lr {lr:.3g}); lower --config.train.lr "
+      f"or --config.train.grad_clip, or use a res_ln variant"
+  )
 
 
-def train_loop(state, step_fn, batch_at, configs, *, evaluate, start_step=0,
-               last_loss=None, on_log=None, on_eval=None, save=None, name=""):
+def train_loop(
+    state,
+    step_fn,
+    batch_at,
+    configs,
+    *,
+    evaluate,
+    start_step=0,
+    last_loss=None,
+    on_log=None,
+    on_eval=None,
+    save=None,
+    name="",
+):
   """The training loop of one run (`train_and_evaluate`) and of a vmapped sweep
   group (`ut.experiments.sweep.train_group`); returns a `LoopResult`.
 
@@ -667,13 +818,21 @@ def train_loop(state, step_fn, batch_at, configs, *, evaluate, start_step=0,
     loss = np.asarray(metrics["loss"]).reshape(-1)
     for i in [i for i in training if not np.isfinite(loss[i])]:
       diverged[i] = divergence(
-          float(loss[i]), step + 1, last_loss[i],
+          float(loss[i]),
+          step + 1,
+          last_loss[i],
           float(np.asarray(metrics["grad_norm"]).reshape(-1)[i]),
-          float(schedules[i](step)))
+          float(schedules[i](step)),
+      )
       training.remove(i)
       if len(configs) > 1:  # One run raises (`train_and_evaluate`).
-        logging.warning("%srun %d (seed %d) diverged: %s", prefix, i,
-                        configs[i].seed, diverged[i])
+        logging.warning(
+            "%srun %d (seed %d) diverged: %s",
+            prefix,
+            i,
+            configs[i].seed,
+            diverged[i],
+        )
     if not training:
       break
     for i in training:
@@ -684,19 +843,31 @@ def train_loop(state, step_fn, batch_at, configs, *, evaluate, start_step=0,
       rate = (done - s_last) / max(now - t_last, 1e-9)
       t_last, s_last = now, done
       values = jax.tree.map(lambda a: np.asarray(a).reshape(-1), metrics)
-      rows = {i: dict(step=done, loss=last_loss[i],
-                      accuracy=float(values["correct"][i])
-                      / max(int(values["count"][i]), 1),
-                      grad_norm=float(values["grad_norm"][i]),
-                      lr=float(schedules[i](step)), steps_per_sec=rate)
-              for i in training}
+      rows = {
+          i: dict(
+              step=done,
+              loss=last_loss[i],
+              accuracy=float(values["correct"][i])
+              / max(int(values["count"][i]), 1),
+              grad_norm=float(values["grad_norm"][i]),
+              lr=float(schedules[i](step)),
+              steps_per_sec=rate,
+          )
+          for i in training
+      }
       for i, row in rows.items():
         if on_log is not None:
           on_log(i, row)
-      logging.info("%sstep %d/%d loss %.4f acc %.3f | %.1f steps/s, ETA %.0fs",
-                   prefix, done, steps, np.mean([r["loss"] for r in rows.values()]),
-                   np.mean([r["accuracy"] for r in rows.values()]), rate,
-                   (steps - done) / rate)
+      logging.info(
+          "%sstep %d/%d loss %.4f acc %.3f | %.1f steps/s, ETA %.0fs",
+          prefix,
+          done,
+          steps,
+          np.mean([r["loss"] for r in rows.values()]),
+          np.mean([r["accuracy"] for r in rows.values()]),
+          rate,
+          (steps - done) / rate,
+      )
     if done % eval_every == 0 or done == steps:
       evals.update(_evaluate(evaluate, state, training, done, on_eval, prefix))
       # Early stopping on held-out accuracy would go here, for every path.
@@ -704,8 +875,13 @@ def train_loop(state, step_fn, batch_at, configs, *, evaluate, start_step=0,
       save(done, state)
   if training and not evals:  # Nothing left to train: evaluate the checkpoint.
     evals.update(_evaluate(evaluate, state, training, done, None, prefix))
-  return LoopResult(state=state, step=done, last_loss=last_loss, evals=evals,
-                    diverged=diverged)
+  return LoopResult(
+      state=state,
+      step=done,
+      last_loss=last_loss,
+      evals=evals,
+      diverged=diverged,
+  )
 
 
 def _evaluate(evaluate, state, runs, step, on_eval, prefix):
@@ -714,9 +890,13 @@ def _evaluate(evaluate, state, runs, step, on_eval, prefix):
   for i, metrics in evals.items():
     if on_eval is not None:
       on_eval(i, step, metrics)
-  logging.info("%seval at step %d: accuracy %s loss %s", prefix, step,
-               " ".join(f"{evals[i]['accuracy']:.4f}" for i in runs),
-               " ".join(f"{evals[i]['loss']:.4f}" for i in runs))
+  logging.info(
+      "%seval at step %d: accuracy %s loss %s",
+      prefix,
+      step,
+      " ".join(f"{evals[i]['accuracy']:.4f}" for i in runs),
+      " ".join(f"{evals[i]['loss']:.4f}" for i in runs),
+  )
   return evals
 
 
@@ -736,35 +916,50 @@ def test_metrics(params, spec, config, task, mesh=None):
   out = dict(test_accuracy=metrics["accuracy"], test_loss=metrics["loss"])
   if hasattr(task, "breakdown"):
     logits = jax.jit(models.apply, static_argnums=1)
-    preds = np.concatenate([np.asarray(logits(params, spec, b["tokens"])).argmax(-1)
-                            for b in batches])
+    preds = np.concatenate(
+        [
+            np.asarray(logits(params, spec, b["tokens"])).argmax(-1)
+            for b in batches
+        ]
+    )
     out["test_breakdown"] = task.breakdown(batch, preds)
   return out
 
 
 def trainable_count(params, spec):
   """How many parameters the optimizer updates (those labelled 'train')."""
-  return sum(int(np.prod(p.shape)) for p, l in
-             zip(jax.tree.leaves(params),
-                 jax.tree.leaves(models.labels(params, spec))) if l == "train")
+  return sum(
+      int(np.prod(p.shape))
+      for p, l in zip(
+          jax.tree.leaves(params), jax.tree.leaves(models.labels(params, spec))
+      )
+      if l == "train"
+  )
 
 
 def run_summary(config, spec, params, result, run, task=None):
   """The final metrics of run `run` of a `LoopResult`, with its `params`;
   with `task`, its fixed test set's too (`test_metrics`)."""
-  return dict(step=result.step, eval_accuracy=result.evals[run]["accuracy"],
-              **(test_metrics(params, spec, config, task) if task else {}),
-              eval_loss=result.evals[run]["loss"],
-              final_train_loss=result.last_loss[run],
-              param_checksum=param_checksum(params), task=config.task,
-              kind=spec.kind, variant=spec.variant,
-              model_width=spec.model_width,
-              trainable_params=trainable_count(params, spec))
+  return dict(
+      step=result.step,
+      eval_accuracy=result.evals[run]["accuracy"],
+      **(test_metrics(params, spec, config, task) if task else {}),
+      eval_loss=result.evals[run]["loss"],
+      final_train_loss=result.last_loss[run],
+      param_checksum=param_checksum(params),
+      task=config.task,
+      kind=spec.kind,
+      variant=spec.variant,
+      model_width=spec.model_width,
+      trainable_params=trainable_count(params, spec),
+  )
 
 
 def param_checksum(params):
   """A float64 sum over all parameters: equal runs give equal checksums."""
-  return float(sum(np.asarray(p, np.float64).sum() for p in jax.tree.leaves(params)))
+  return float(
+      sum(np.asarray(p, np.float64).sum() for p in jax.tree.leaves(params))
+  )
 
 
 def _summary_writer(workdir):

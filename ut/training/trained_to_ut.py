@@ -21,13 +21,12 @@ import numpy as np
 
 from ut.core import bounds
 from ut.core import compile as compile_lib
-from ut.training import models
-from ut.io import reports
 from ut.core import targets as targets_lib
-from ut.training import train
 from ut.core.constructions import gaussian
 from ut.errors import UserError
-
+from ut.io import reports
+from ut.training import models
+from ut.training import train
 
 # Random-UT width over the threshold N: exact at m = N, but cond(A) there is up
 # to ~1e4 and float32 rounding grows with it; a wider UT is better conditioned.
@@ -37,12 +36,15 @@ M_FACTOR = 1.25
 def target_from_params(params, spec):
   """The attention stack of a trained attn model as a `Target` (identity read-out)."""
   if spec.kind != "trained" or spec.variant != "attn":
-    raise UserError(f"only attention-only trained models are targets (DESIGN §1); "
-                    f"got kind={spec.kind}, variant={spec.variant}: train with "
-                    f"model=trained,variant=attn")
+    raise UserError(
+        f"only attention-only trained models are targets (DESIGN §1); "
+        f"got kind={spec.kind}, variant={spec.variant}: train with "
+        f"model=trained,variant=attn"
+    )
   layers = {k: np.asarray(v, np.float64) for k, v in params["layers"].items()}
-  return targets_lib.Target(**layers, wu=np.eye(spec.width), causal=spec.causal,
-                            residual=False)
+  return targets_lib.Target(
+      **layers, wu=np.eye(spec.width), causal=spec.causal, residual=False
+  )
 
 
 def compile_model(params, spec, construction, *, m_factor=M_FACTOR, seed=0):
@@ -51,9 +53,16 @@ def compile_model(params, spec, construction, *, m_factor=M_FACTOR, seed=0):
   h, num_layers, d = spec.num_heads, spec.num_layers, spec.width
   if construction == "sparse":
     ut_spec = models.ModelSpec(
-        kind="sparse", variant="attn", vocab_size=spec.vocab_size,
-        max_len=spec.max_len, num_classes=spec.num_classes, num_heads=h,
-        num_layers=num_layers, width=d, causal=spec.causal)
+        kind="sparse",
+        variant="attn",
+        vocab_size=spec.vocab_size,
+        max_len=spec.max_len,
+        num_classes=spec.num_classes,
+        num_heads=h,
+        num_layers=num_layers,
+        width=d,
+        causal=spec.causal,
+    )
     program, report = compile_lib.compile_sparse(ut_spec.sparse_ut, target)
     u_ut = np.zeros((ut_spec.model_width, d))
     u_ut[:d] = np.eye(d)  # U selects the state root, block 0.
@@ -62,18 +71,32 @@ def compile_model(params, spec, construction, *, m_factor=M_FACTOR, seed=0):
     n = bounds.random_threshold(h, num_layers, d)
     m = math.ceil(m_factor * n)
     ut_spec = models.ModelSpec(
-        kind="random", variant="attn", vocab_size=spec.vocab_size,
-        max_len=spec.max_len, num_classes=spec.num_classes, num_heads=h,
-        num_layers=num_layers, m=m, head_width=d, causal=spec.causal,
-        ut_seed=seed)
+        kind="random",
+        variant="attn",
+        vocab_size=spec.vocab_size,
+        max_len=spec.max_len,
+        num_classes=spec.num_classes,
+        num_heads=h,
+        num_layers=num_layers,
+        m=m,
+        head_width=d,
+        causal=spec.causal,
+        ut_seed=seed,
+    )
     # The float32 weights the model runs with, seen exactly in float64.
-    ut = {k: np.asarray(v, np.float32).astype(np.float64) for k, v in
-          gaussian.make_gaussian_ut(h, num_layers, m, d, seed, out_width=d).items()}
+    ut = {
+        k: np.asarray(v, np.float32).astype(np.float64)
+        for k, v in gaussian.make_gaussian_ut(
+            h, num_layers, m, d, seed, out_width=d
+        ).items()
+    }
     program, report = compile_lib.compile_random(ut, target)
     u_ut = ut["unembed"]
     layers = {k: np.asarray(ut[k], np.float32) for k in ("wq", "wk", "wv")}
   else:
-    raise UserError(f"unknown construction {construction!r}; use sparse or random")
+    raise UserError(
+        f"unknown construction {construction!r}; use sparse or random"
+    )
   e_c = program["embed"]
   ut_params = {
       "embed": {
@@ -100,23 +123,35 @@ def compare(target_preds, ut_preds, batches):
   tp = np.concatenate([p.ravel() for p in target_preds])[mask]
   up = np.concatenate([p.ravel() for p in ut_preds])[mask]
   labels = labels[mask]
-  return dict(target_accuracy=float(np.mean(tp == labels)),
-              ut_accuracy=float(np.mean(up == labels)),
-              agreement=float(np.mean(tp == up)), num_scored=int(mask.sum()))
+  return dict(
+      target_accuracy=float(np.mean(tp == labels)),
+      ut_accuracy=float(np.mean(up == labels)),
+      agreement=float(np.mean(tp == up)),
+      num_scored=int(mask.sum()),
+  )
 
 
 def _row(params, spec, batches, target_preds, construction, m_factor, seed):
-  ut_params, ut_spec, creport = compile_model(params, spec, construction,
-                                              m_factor=m_factor, seed=seed)
-  row = dict(construction=construction, m=ut_spec.model_width,
-             N=bounds.random_threshold(spec.num_heads, spec.num_layers,
-                                       spec.width),
-             cond=None if construction == "sparse" else creport.cond,
-             **compare(target_preds, predictions(ut_params, ut_spec, batches),
-                       batches))
-  logging.info("%s UT (m=%d): target acc %.4f, UT acc %.4f, agreement %.5f",
-               construction, row["m"], row["target_accuracy"],
-               row["ut_accuracy"], row["agreement"])
+  ut_params, ut_spec, creport = compile_model(
+      params, spec, construction, m_factor=m_factor, seed=seed
+  )
+  row = dict(
+      construction=construction,
+      m=ut_spec.model_width,
+      N=bounds.random_threshold(spec.num_heads, spec.num_layers, spec.width),
+      cond=None if construction == "sparse" else creport.cond,
+      **compare(
+          target_preds, predictions(ut_params, ut_spec, batches), batches
+      ),
+  )
+  logging.info(
+      "%s UT (m=%d): target acc %.4f, UT acc %.4f, agreement %.5f",
+      construction,
+      row["m"],
+      row["target_accuracy"],
+      row["ut_accuracy"],
+      row["agreement"],
+  )
   return row
 
 
@@ -136,11 +171,25 @@ def sweep_run(config, target_dir):
     train.train_and_evaluate(target_config, target_dir)
   params, spec, tconfig, task, step = train.restore_params(target_dir)
   batches = train.eval_batches(tconfig, task)
-  row = _row(params, spec, batches, predictions(params, spec, batches),
-             config.compiled, M_FACTOR, config.model.ut_seed)
-  return dict(row, step=step, eval_accuracy=row["ut_accuracy"], task=config.task,
-              kind=f"compiled_{config.compiled}", variant=spec.variant,
-              model_width=row["m"], target_dir=target_dir)
+  row = _row(
+      params,
+      spec,
+      batches,
+      predictions(params, spec, batches),
+      config.compiled,
+      M_FACTOR,
+      config.model.ut_seed,
+  )
+  return dict(
+      row,
+      step=step,
+      eval_accuracy=row["ut_accuracy"],
+      task=config.task,
+      kind=f"compiled_{config.compiled}",
+      variant=spec.variant,
+      model_width=row["m"],
+      target_dir=target_dir,
+  )
 
 
 def run(config, workdir):
@@ -155,12 +204,29 @@ def run(config, workdir):
   target_preds = predictions(params, spec, batches)
   rows = []
   for construction in config.constructions:
-    rows.append(_row(params, spec, batches, target_preds, construction,
-                     config.m_factor, config.ut_seed))
-  result = dict(rows=rows, target_step=step, task=tconfig.task,
-                target_width=spec.width, heads=spec.num_heads,
-                layers=spec.num_layers, provenance=reports.provenance(config))
+    rows.append(
+        _row(
+            params,
+            spec,
+            batches,
+            target_preds,
+            construction,
+            config.m_factor,
+            config.ut_seed,
+        )
+    )
+  result = dict(
+      rows=rows,
+      target_step=step,
+      task=tconfig.task,
+      target_width=spec.width,
+      heads=spec.num_heads,
+      layers=spec.num_layers,
+      provenance=reports.provenance(config),
+  )
   reports.write_json(report_path, result)
-  reports.write_text(os.path.join(workdir, "compiled_ut.md"),
-                     reports.format_table(rows, floatfmt="{:.5g}") + "\n")
+  reports.write_text(
+      os.path.join(workdir, "compiled_ut.md"),
+      reports.format_table(rows, floatfmt="{:.5g}") + "\n",
+  )
   return result

@@ -13,11 +13,17 @@ import numpy as np
 from ut.core import targets
 
 
-def make_gaussian_ut(num_heads: int, num_layers: int, m: int, head_width: int,
-                     seed: int, *, out_width: int | None = None,
-                     shared: bool = False,
-                     dtype: np.typing.DTypeLike = np.float64
-                     ) -> dict[str, np.ndarray]:
+def make_gaussian_ut(
+    num_heads: int,
+    num_layers: int,
+    m: int,
+    head_width: int,
+    seed: int,
+    *,
+    out_width: int | None = None,
+    shared: bool = False,
+    dtype: np.typing.DTypeLike = np.float64,
+) -> dict[str, np.ndarray]:
   """Returns dict(wq, wk, wv, unembed) for `transformer.forward`."""
   targets.check_positive(H=num_heads, L=num_layers, m=m, k_u=head_width)
   targets.check_seed(seed)
@@ -26,7 +32,9 @@ def make_gaussian_ut(num_heads: int, num_layers: int, m: int, head_width: int,
   lp = 1 if shared else num_layers
   std = 1.0 / np.sqrt(m)
   draw = lambda *shape: (rng.standard_normal(shape) * std).astype(dtype)
-  return dict(wq=draw(lp, num_heads, m, head_width),
-              wk=draw(lp, num_heads, m, head_width),
-              wv=draw(lp, num_heads, m, m),
-              unembed=draw(m, out_width))
+  return dict(
+      wq=draw(lp, num_heads, m, head_width),
+      wk=draw(lp, num_heads, m, head_width),
+      wv=draw(lp, num_heads, m, m),
+      unembed=draw(m, out_width),
+  )

@@ -45,6 +45,7 @@ class SparseUT:
   dst: (Q,) int32, the blocks that receive a value (the others are zeroed).
   q_root: (H,) int32, the block R_Q[h] selects.  The state root is block 0.
   """
+
   src: jax.Array
   dst: jax.Array
   q_root: jax.Array
@@ -83,8 +84,11 @@ def make_sparse_ut(num_heads: int, num_layers: int, width: int) -> SparseUT:
   m = bounds.sparse_width(num_heads, num_layers, width)
   names = block_names(num_heads, num_layers)
   index = {name: i for i, name in enumerate(names)}
-  routed = [(i, name) for i, name in enumerate(names)
-            if len(name[-1]) < num_layers - (name[0] == "q")]
+  routed = [
+      (i, name)
+      for i, name in enumerate(names)
+      if len(name[-1]) < num_layers - (name[0] == "q")
+  ]
   src = np.zeros((num_heads, len(routed)), np.int32)
   dst = np.array([i for i, _ in routed], np.int32)
   for k, (_, name) in enumerate(routed):
@@ -92,8 +96,15 @@ def make_sparse_ut(num_heads: int, num_layers: int, width: int) -> SparseUT:
       src[g, k] = index[name[:-1] + ((g,) + name[-1],)]
   q_root = np.array([index[("q", h, ())] for h in range(num_heads)], np.int32)
   assert len(names) * width == m and index[("s", ())] == 0
-  return SparseUT(src=src, dst=dst, q_root=q_root, num_heads=num_heads,
-                  num_layers=num_layers, width=width, num_blocks=len(names))
+  return SparseUT(
+      src=src,
+      dst=dst,
+      q_root=q_root,
+      num_heads=num_heads,
+      num_layers=num_layers,
+      width=width,
+      num_blocks=len(names),
+  )
 
 
 def to_dense(ut: SparseUT, dtype=np.float32) -> dict[str, np.ndarray]:
@@ -117,7 +128,9 @@ def to_dense(ut: SparseUT, dtype=np.float32) -> dict[str, np.ndarray]:
 
 def _level_sizes(ut):
   h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
-  return [level_roles(h, num_layers, j) * h**j * d for j in range(num_layers + 1)]
+  return [
+      level_roles(h, num_layers, j) * h**j * d for j in range(num_layers + 1)
+  ]
 
 
 def level_slices(ut: SparseUT) -> list[slice]:
@@ -126,8 +139,9 @@ def level_slices(ut: SparseUT) -> list[slice]:
   return [slice(int(lo), int(hi)) for lo, hi in zip(offsets[:-1], offsets[1:])]
 
 
-def root_queries_keys(ut: SparseUT, level0_BxTxF: jax.Array
-                      ) -> tuple[jax.Array, jax.Array]:
+def root_queries_keys(
+    ut: SparseUT, level0_BxTxF: jax.Array
+) -> tuple[jax.Array, jax.Array]:
   """Every head's queries and keys, (B, H, T, d) each, from the root blocks.
 
   Level 0 is [("s", ()), ("q", 0, ()), ..., ("q", H-1, ())]: head h's queries
@@ -141,11 +155,17 @@ def root_queries_keys(ut: SparseUT, level0_BxTxF: jax.Array
   return q_BxHxTxd, k_BxHxTxd
 
 
-def root_attention(ut: SparseUT, level0_BxTxF: jax.Array, *, causal: bool,
-                   precision=transformer.HIGHEST) -> jax.Array:
+def root_attention(
+    ut: SparseUT,
+    level0_BxTxF: jax.Array,
+    *,
+    causal: bool,
+    precision=transformer.HIGHEST,
+) -> jax.Array:
   """A_h for every head from the root blocks: (B, H, T, T)."""
-  return transformer.attention_weights(*root_queries_keys(ut, level0_BxTxF),
-                                       causal=causal, precision=precision)
+  return transformer.attention_weights(
+      *root_queries_keys(ut, level0_BxTxF), causal=causal, precision=precision
+  )
 
 
 def children_by_head(level_BxTxF: jax.Array, num_heads: int) -> jax.Array:
@@ -167,8 +187,9 @@ def pad_roles(n_BxTxF: jax.Array, size: int, strings: int) -> jax.Array:
   return n.reshape(b, t, size)
 
 
-def route_levels(ut: SparseUT, levels: list, *, causal: bool,
-                 precision=transformer.HIGHEST) -> list:
+def route_levels(
+    ut: SparseUT, levels: list, *, causal: bool, precision=transformer.HIGHEST
+) -> list:
   """One UT layer without residual: sum_h A_h Z R_V[h], on per-level arrays.
 
   levels[j]: (B, T, F_j), or None for a level known to be zero (level 0 is
@@ -187,8 +208,11 @@ def route_levels(ut: SparseUT, levels: list, *, causal: bool,
       continue
     # Level j+1, string g.t, role r  ->  level j, string t, role r, via head g.
     src_BxTxHxF = children_by_head(levels[j + 1], h)
-    new.append(jnp.einsum("bgts,bsgf->btf", a_BxHxTxT, src_BxTxHxF,
-                          precision=precision))
+    new.append(
+        jnp.einsum(
+            "bgts,bsgf->btf", a_BxHxTxT, src_BxTxHxF, precision=precision
+        )
+    )
   new.append(None)  # Leaves receive nothing.
   return new
 
@@ -204,32 +228,53 @@ def _first_layer(ut, embed_DxM, x_BxTxD, *, causal, precision):
   e_levels = [embed_DxM[:, s] for s in level_slices(ut)]
   level0 = jnp.einsum("btd,df->btf", x_BxTxD, e_levels[0], precision=precision)
   a_BxHxTxT = root_attention(ut, level0, causal=causal, precision=precision)
-  ax_BxTxHd = jnp.einsum("bgts,bsd->btgd", a_BxHxTxT, x_BxTxD,
-                         precision=precision).reshape(b, t, h * d)
+  ax_BxTxHd = jnp.einsum(
+      "bgts,bsd->btgd", a_BxHxTxT, x_BxTxD, precision=precision
+  ).reshape(b, t, h * d)
   # Level j+1's columns are (g, level j's columns): rows (g, d) of one matmul.
-  w = [e.reshape(d, h, -1).transpose(1, 0, 2).reshape(h * d, -1)
-       for e in e_levels[1:]]
-  routed = jnp.einsum("btk,kf->btf", ax_BxTxHd, jnp.concatenate(w, axis=1),
-                      precision=precision)
+  w = [
+      e.reshape(d, h, -1).transpose(1, 0, 2).reshape(h * d, -1)
+      for e in e_levels[1:]
+  ]
+  routed = jnp.einsum(
+      "btk,kf->btf", ax_BxTxHd, jnp.concatenate(w, axis=1), precision=precision
+  )
   offsets = np.cumsum([0] + [wj.shape[1] for wj in w])
-  return level0, [routed[..., lo:hi]
-                  for lo, hi in zip(offsets[:-1], offsets[1:])] + [None]
+  return level0, [
+      routed[..., lo:hi] for lo, hi in zip(offsets[:-1], offsets[1:])
+  ] + [None]
 
 
-def route_layer(ut: SparseUT, z_BxTxM: jax.Array, *, causal: bool,
-                precision=transformer.HIGHEST) -> jax.Array:
+def route_layer(
+    ut: SparseUT,
+    z_BxTxM: jax.Array,
+    *,
+    causal: bool,
+    precision=transformer.HIGHEST,
+) -> jax.Array:
   """One UT attention layer on a flat state: sum_h A_h Z R_V[h], (B, T, m)."""
   h = ut.num_heads
   levels = [z_BxTxM[..., s] for s in level_slices(ut)]
   new = route_levels(ut, levels, causal=causal, precision=precision)
   return jnp.concatenate(
-      [jnp.zeros_like(z) if n is None else pad_roles(n, z.shape[-1], h**j)
-       for j, (z, n) in enumerate(zip(levels, new))], axis=-1)
+      [
+          jnp.zeros_like(z) if n is None else pad_roles(n, z.shape[-1], h**j)
+          for j, (z, n) in enumerate(zip(levels, new))
+      ],
+      axis=-1,
+  )
 
 
-def sparse_apply(ut: SparseUT, embed_DxM: jax.Array, x_BxTxD: jax.Array, *,
-                 causal: bool, residual: bool, readout=None,
-                 precision=transformer.HIGHEST) -> jax.Array:
+def sparse_apply(
+    ut: SparseUT,
+    embed_DxM: jax.Array,
+    x_BxTxD: jax.Array,
+    *,
+    causal: bool,
+    residual: bool,
+    readout=None,
+    precision=transformer.HIGHEST,
+) -> jax.Array:
   """UT(X, E) by block routing: O(B T m) data movement plus O(B T^2 m) attention.
 
   The state is kept as one array per level, (B, T, F_j) with F_j = roles * H^j * d,
@@ -239,21 +284,25 @@ def sparse_apply(ut: SparseUT, embed_DxM: jax.Array, x_BxTxD: jax.Array, *,
   Returns Z_L U (B, T, d), or Z_L U readout when a readout is given.
   """
   h = ut.num_heads
-  level0, new = _first_layer(ut, embed_DxM, x_BxTxD, causal=causal,
-                             precision=precision)
+  level0, new = _first_layer(
+      ut, embed_DxM, x_BxTxD, causal=causal, precision=precision
+  )
   if residual:
-    levels = [level0] + [jnp.einsum("btd,df->btf", x_BxTxD, embed_DxM[:, s],
-                                    precision=precision)
-                         for s in level_slices(ut)[1:]]
+    levels = [level0] + [
+        jnp.einsum("btd,df->btf", x_BxTxD, embed_DxM[:, s], precision=precision)
+        for s in level_slices(ut)[1:]
+    ]
   for layer in range(ut.num_layers):
     if layer:
       new = route_levels(ut, levels, causal=causal, precision=precision)
     if residual:
-      levels = [z if n is None else z + pad_roles(n, z.shape[-1], h**j)
-                for j, (z, n) in enumerate(zip(levels, new))]
+      levels = [
+          z if n is None else z + pad_roles(n, z.shape[-1], h**j)
+          for j, (z, n) in enumerate(zip(levels, new))
+      ]
     else:  # Without residuals the deepest levels empty out, one per layer.
       levels = new
-  y = levels[0][:, :, :ut.width]
+  y = levels[0][:, :, : ut.width]
   if readout is not None:
     y = jnp.einsum("btd,do->bto", y, readout, precision=precision)
   return y

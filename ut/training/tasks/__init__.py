@@ -7,4 +7,4 @@ its vocabulary constants (see the module docstrings for shapes and examples).
 from ut.training.tasks import dyck
 from ut.training.tasks import khop
 
-GENERATORS = {'dyck': dyck, 'khop': khop}
+GENERATORS = {"dyck": dyck, "khop": khop}

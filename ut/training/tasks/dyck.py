@@ -96,7 +96,7 @@ QUERY = 3
 VOCAB_SIZE = 4
 NUM_CLASSES = 2
 
-MIXES = ('za', 'hard')
+MIXES = ("za", "hard")
 
 # The 'za' mutation (module docstring): swaps and flips come in
 # Geometric(ZA_GEOMETRIC_P) numbers; flips are doubled with ZA_DOUBLE_PROB.
@@ -113,15 +113,15 @@ MAX_REDRAWS = 100
 BUCKET = 10
 SHORT = 10
 
-_CHAR_TO_ID = {'(': OPEN, ')': CLOSE}
-_CHARS = np.array([b'', b'(', b')', b''], dtype='S1')  # By token id.
+_CHAR_TO_ID = {"(": OPEN, ")": CLOSE}
+_CHARS = np.array([b"", b"(", b")", b""], dtype="S1")  # By token id.
 
 
 def is_balanced(text: str) -> bool:
   """True when no prefix of `text` has more ')' than '(' and the counts match."""
   depth = 0
   for char in text:
-    depth += 1 if char == '(' else -1
+    depth += 1 if char == "(" else -1
     if depth < 0:
       return False
   return depth == 0
@@ -135,14 +135,18 @@ def encode(texts: Sequence[str], max_len: int) -> np.ndarray:
     for position, char in enumerate(text):
       if char not in _CHAR_TO_ID:
         raise ValueError(
-            f'text {b}: character {char!r} at position {position} is not '
-            "'(' or ')'.")
+            f"text {b}: character {char!r} at position {position} is not "
+            "'(' or ')'."
+        )
     if len(text) > max_len:
       raise ValueError(
-          f'text {b} has length {len(text)}, over the limit max_len={max_len}; '
-          f'use max_len >= {len(text)} or a shorter text.')
+          f"text {b} has length {len(text)}, over the limit max_len={max_len}; "
+          f"use max_len >= {len(text)} or a shorter text."
+      )
     if text:
-      tokens_BxT[b, max_len - len(text):max_len] = [_CHAR_TO_ID[c] for c in text]
+      tokens_BxT[b, max_len - len(text) : max_len] = [
+          _CHAR_TO_ID[c] for c in text
+      ]
   return tokens_BxT
 
 
@@ -150,12 +154,12 @@ def decode(tokens) -> list[str]:
   """Inverse of `encode`: drops PAD and QUERY. Accepts (B, T) or a single (T,)."""
   tokens_BxT = np.atleast_2d(np.asarray(tokens))
   chars_BxT = _CHARS[tokens_BxT]
-  return [row.tobytes().replace(b'\0', b'').decode() for row in chars_BxT]
+  return [row.tobytes().replace(b"\0", b"").decode() for row in chars_BxT]
 
 
 def counting_baseline(texts: Sequence[str]) -> np.ndarray:
   """Predicts 1 (balanced) iff count('(') == count(')'); int32 (B,)."""
-  return np.array([t.count('(') == t.count(')') for t in texts], dtype=np.int32)
+  return np.array([t.count("(") == t.count(")") for t in texts], dtype=np.int32)
 
 
 def counting_baseline_accuracy(texts: Sequence[str], labels) -> float:
@@ -163,8 +167,9 @@ def counting_baseline_accuracy(texts: Sequence[str], labels) -> float:
   labels_B = np.asarray(labels)
   if labels_B.shape != (len(texts),):
     raise ValueError(
-        f'labels have shape {labels_B.shape}; expected ({len(texts)},), one '
-        'per text.')
+        f"labels have shape {labels_B.shape}; expected ({len(texts)},), one "
+        "per text."
+    )
   return float(np.mean(counting_baseline(texts) == labels_B))
 
 
@@ -180,7 +185,7 @@ def keys(tokens_BxT) -> np.ndarray:
   tokens_BxT = np.asarray(tokens_BxT)
   bits = np.concatenate([tokens_BxT == OPEN, tokens_BxT == PAD], axis=1)
   packed = np.ascontiguousarray(np.packbits(bits, axis=1))
-  return packed.view(f'V{packed.shape[1]}').reshape(len(tokens_BxT))
+  return packed.view(f"V{packed.shape[1]}").reshape(len(tokens_BxT))
 
 
 def key_set(*token_arrays) -> np.ndarray:
@@ -193,11 +198,14 @@ def contains(sorted_keys: np.ndarray, query_keys: np.ndarray) -> np.ndarray:
   if not len(sorted_keys) or not len(query_keys):
     return np.zeros(len(query_keys), bool)
   if sorted_keys.dtype != query_keys.dtype:
-    raise ValueError(f'keys of {query_keys.dtype.itemsize}-byte rows checked '
-                     f'against a set of {sorted_keys.dtype.itemsize}-byte '
-                     'rows: the token rows differ in width (max_len).')
-  index = np.minimum(np.searchsorted(sorted_keys, query_keys),
-                     len(sorted_keys) - 1)
+    raise ValueError(
+        f"keys of {query_keys.dtype.itemsize}-byte rows checked "
+        f"against a set of {sorted_keys.dtype.itemsize}-byte "
+        "rows: the token rows differ in width (max_len)."
+    )
+  index = np.minimum(
+      np.searchsorted(sorted_keys, query_keys), len(sorted_keys) - 1
+  )
   return sorted_keys[index] == query_keys
 
 
@@ -293,19 +301,24 @@ def _flip(rng, open_BxL, lengths, rows):
   open_BxL.reshape(-1)[flat[times % 2 == 1]] ^= True
 
 
-def _shuffled_steps(rng: np.random.Generator, ups: np.ndarray,
-                    downs: np.ndarray, width: int) -> np.ndarray:
+def _shuffled_steps(
+    rng: np.random.Generator, ups: np.ndarray, downs: np.ndarray, width: int
+) -> np.ndarray:
   """Row b: ups[b] +1s and downs[b] -1s in a uniformly random order, then 0s."""
   position = np.arange(width)
-  steps = np.where(position < ups[:, None], np.int8(1),
-                   np.where(position < (ups + downs)[:, None], np.int8(-1),
-                            np.int8(0)))
+  steps = np.where(
+      position < ups[:, None],
+      np.int8(1),
+      np.where(position < (ups + downs)[:, None], np.int8(-1), np.int8(0)),
+  )
   keys_BxW = rng.random((len(ups), width), dtype=np.float32)
   keys_BxW[position >= (ups + downs)[:, None]] = np.inf  # Padding stays last.
   return np.take_along_axis(steps, np.argsort(keys_BxW, axis=1), axis=1)
 
 
-def _random_dyck_words(rng: np.random.Generator, lengths: np.ndarray) -> np.ndarray:
+def _random_dyck_words(
+    rng: np.random.Generator, lengths: np.ndarray
+) -> np.ndarray:
   """Steps (+1 '(', -1 ')', 0 past the end) of Dyck words of the even `lengths`,
   each uniform among all Dyck words of its length (cycle lemma).
 
@@ -340,8 +353,9 @@ def _hard(rng, positive, max_len):
   lengths = 2 * rng.integers(1, max_len // 2 + 1, size=num)
   steps = np.zeros((num, max_len), np.int8)
   pos = np.flatnonzero(positive)
-  steps[pos, :int(lengths[pos].max(initial=0))] = _random_dyck_words(
-      rng, lengths[pos])
+  steps[pos, : int(lengths[pos].max(initial=0))] = _random_dyck_words(
+      rng, lengths[pos]
+  )
   todo = np.flatnonzero(~positive)
   while len(todo):
     n = lengths[todo] // 2
@@ -370,28 +384,34 @@ def labels_of(tokens_BxT) -> np.ndarray:
   step = (tokens_BxT == OPEN).astype(np.int16) - (tokens_BxT == CLOSE)
   depth = np.cumsum(step, axis=1, dtype=np.int16)
   return ((depth.min(axis=1, initial=0) >= 0) & (depth[:, -1] == 0)).astype(
-      np.int32)
+      np.int32
+  )
 
 
 def _check(num, max_len, mix):
   if mix not in MIXES:
-    raise ValueError(f'unknown mix {mix!r}; valid mixes are {MIXES}.')
+    raise ValueError(f"unknown mix {mix!r}; valid mixes are {MIXES}.")
   if max_len < 2:
-    raise ValueError(f'max_len={max_len} is too short; use max_len >= 2.')
+    raise ValueError(f"max_len={max_len} is too short; use max_len >= 2.")
   if num < 0:
-    raise ValueError(f'num={num} is negative; use num >= 0.')
+    raise ValueError(f"num={num} is negative; use num >= 0.")
 
 
-def generate_tokens(num: int, max_len: int, mix: str, seed: int,
-                    exclude: np.ndarray | None = None):
+def generate_tokens(
+    num: int,
+    max_len: int,
+    mix: str,
+    seed: int,
+    exclude: np.ndarray | None = None,
+):
   """`generate` without the texts: tokens int32 (num, T), labels int32 (num,)."""
   _check(num, max_len, mix)
   rng = np.random.default_rng(seed)
-  if mix == 'za':
+  if mix == "za":
     draw = lambda rows: _za(rng, len(rows), max_len)
   else:
     positive = np.zeros(num, bool)
-    positive[rng.permutation(num)[:num // 2]] = True
+    positive[rng.permutation(num)[: num // 2]] = True
     draw = lambda rows: _hard(rng, positive[rows], max_len)
   tokens_BxT = _tokens(*draw(np.arange(num)))
   if exclude is None:
@@ -403,10 +423,11 @@ def generate_tokens(num: int, max_len: int, mix: str, seed: int,
       break
     if redraw == MAX_REDRAWS:
       raise ValueError(
-          f'{len(rows)} of {num} strings were still held-out strings after '
-          f'{MAX_REDRAWS} rounds of redraws: the held-out sets hold almost '
-          f'every string that mix {mix!r} draws at max_len={max_len}; use a '
-          'larger max_len or smaller held-out sets.')
+          f"{len(rows)} of {num} strings were still held-out strings after "
+          f"{MAX_REDRAWS} rounds of redraws: the held-out sets hold almost "
+          f"every string that mix {mix!r} draws at max_len={max_len}; use a "
+          "larger max_len or smaller held-out sets."
+      )
     # REDRAW_COPIES candidates per excluded row (one round is then nearly
     # always enough); each row takes its first candidate that is not excluded.
     candidates_CxR = np.tile(rows, (REDRAW_COPIES, 1))
@@ -419,8 +440,13 @@ def generate_tokens(num: int, max_len: int, mix: str, seed: int,
   return tokens_BxT, labels_of(tokens_BxT)
 
 
-def generate(num: int, max_len: int, mix: str, seed: int,
-             exclude: np.ndarray | None = None):
+def generate(
+    num: int,
+    max_len: int,
+    mix: str,
+    seed: int,
+    exclude: np.ndarray | None = None,
+):
   """Returns tokens int32 (num, max_len + 1), labels int32 (num,), texts.
 
   Deterministic given `seed` (and `exclude`). See the module docstring for the
@@ -433,7 +459,7 @@ def generate(num: int, max_len: int, mix: str, seed: int,
 
 # --------------------------------------------------------------- breakdowns
 
-SUBSETS = ('balanced', 'unbalanced_unequal_counts', 'unbalanced_equal_counts')
+SUBSETS = ("balanced", "unbalanced_unequal_counts", "unbalanced_equal_counts")
 
 
 def breakdown(texts: Sequence[str], labels, predictions, max_len=None):
@@ -451,12 +477,14 @@ def breakdown(texts: Sequence[str], labels, predictions, max_len=None):
   labels_B = np.asarray(labels).astype(np.int64)
   predictions_B = np.asarray(predictions).astype(np.int64)
   if labels_B.shape != (len(texts),) or predictions_B.shape != (len(texts),):
-    raise ValueError(f'{len(texts)} texts need ({len(texts)},) labels and '
-                     f'predictions; got {labels_B.shape} and '
-                     f'{predictions_B.shape}')
+    raise ValueError(
+        f"{len(texts)} texts need ({len(texts)},) labels and "
+        f"predictions; got {labels_B.shape} and "
+        f"{predictions_B.shape}"
+    )
   correct_B = predictions_B == labels_B
   length_B = np.array([len(t) for t in texts], np.int64)
-  equal_B = np.array([t.count('(') == t.count(')') for t in texts], bool)
+  equal_B = np.array([t.count("(") == t.count(")") for t in texts], bool)
   balanced_B = np.array([is_balanced(t) for t in texts], bool)
 
   def part(mask):
@@ -466,15 +494,23 @@ def breakdown(texts: Sequence[str], labels, predictions, max_len=None):
   longest = max(int(length_B.max(initial=0)), max_len or 0)
   by_length = {}
   if (length_B == 0).any():
-    by_length['0'] = part(length_B == 0)
+    by_length["0"] = part(length_B == 0)
   for low in range(1, longest + 1, BUCKET):
     high = low + BUCKET - 1
-    by_length[f'{low}-{high}'] = part((length_B >= low) & (length_B <= high))
+    by_length[f"{low}-{high}"] = part((length_B >= low) & (length_B <= high))
   return dict(
       num=len(texts),
       accuracy=float(correct_B.mean()) if len(texts) else None,
       by_length=by_length,
-      by_subset=dict(zip(SUBSETS, (part(balanced_B),
-                                   part(~balanced_B & ~equal_B),
-                                   part(~balanced_B & equal_B)))),
-      short_balanced=part(balanced_B & (length_B <= SHORT)))
+      by_subset=dict(
+          zip(
+              SUBSETS,
+              (
+                  part(balanced_B),
+                  part(~balanced_B & ~equal_B),
+                  part(~balanced_B & equal_B),
+              ),
+          )
+      ),
+      short_balanced=part(balanced_B & (length_B <= SHORT)),
+  )

@@ -89,27 +89,30 @@ def num_classes(alphabet: int) -> int:
 def _check_alphabet(alphabet: int) -> None:
   if not 2 <= alphabet <= MAX_ALPHABET:
     raise ValueError(
-        f'alphabet={alphabet} is out of range; use 2 <= alphabet <= '
-        f'{MAX_ALPHABET} (letters a..z).')
+        f"alphabet={alphabet} is out of range; use 2 <= alphabet <= "
+        f"{MAX_ALPHABET} (letters a..z)."
+    )
 
 
 def _check_k(k: int) -> None:
   if k < 1:
-    raise ValueError(f'k={k} is too small; use k >= 1 hops.')
+    raise ValueError(f"k={k} is too small; use k >= 1 hops.")
 
 
 def _check_k_range(k_range: tuple[int, int]) -> None:
   if len(k_range) != 2 or not 1 <= k_range[0] <= k_range[1]:
     raise ValueError(
-        f'k range {tuple(k_range)} is empty or invalid; use (k_min, k_max) '
-        'with 1 <= k_min <= k_max.')
+        f"k range {tuple(k_range)} is empty or invalid; use (k_min, k_max) "
+        "with 1 <= k_min <= k_max."
+    )
 
 
 def _check_letters(x: np.ndarray, alphabet: int) -> None:
   if x.size and (x.min() < 0 or x.max() >= alphabet):
     raise ValueError(
-        f'letter ids must lie in [0, {alphabet}) for alphabet={alphabet}; got '
-        f'values in [{x.min()}, {x.max()}]. Strip any hop-count token first.')
+        f"letter ids must lie in [0, {alphabet}) for alphabet={alphabet}; got "
+        f"values in [{x.min()}, {x.max()}]. Strip any hop-count token first."
+    )
 
 
 def hop(x: Sequence[int], k: int, *, alphabet: int) -> np.ndarray:
@@ -152,7 +155,7 @@ def hop_batch(x, k, *, alphabet: int) -> np.ndarray:
   x_BxN = np.asarray(x)
   _check_alphabet(alphabet)
   if x_BxN.ndim != 2:
-    raise ValueError(f'x has shape {x_BxN.shape}; expected (B, n).')
+    raise ValueError(f"x has shape {x_BxN.shape}; expected (B, n).")
   _check_letters(x_BxN, alphabet)
   k_B = np.broadcast_to(np.asarray(k), (x_BxN.shape[0],))
   if k_B.size:
@@ -165,8 +168,9 @@ def hop_batch(x, k, *, alphabet: int) -> np.ndarray:
     active_Bx1 = (step < k_B)[:, None]
     earlier_BxN = prev_BxN[rows_Bx1, position_BxN]
     found_BxN &= ~active_Bx1 | (earlier_BxN >= 0)
-    position_BxN = np.where(active_Bx1 & found_BxN, earlier_BxN + 1,
-                            position_BxN)
+    position_BxN = np.where(
+        active_Bx1 & found_BxN, earlier_BxN + 1, position_BxN
+    )
   letters_BxN = x_BxN[rows_Bx1, position_BxN]
   return np.where(found_BxN, letters_BxN, null_id(alphabet)).astype(np.int32)
 
@@ -178,19 +182,22 @@ def _parse_k(k, k_max: int | None) -> tuple[int, int, bool]:
     k_low, k_high = int(k[0]), int(k[1])
     if k_max is not None and k_high > k_max:
       raise ValueError(
-          f'k range {tuple(k)} goes past k_max={k_max}; use k_max >= {k_high} '
-          'or a smaller range.')
+          f"k range {tuple(k)} goes past k_max={k_max}; use k_max >= {k_high} "
+          "or a smaller range."
+      )
     return k_low, k_high, True
   _check_k(k)
   if k_max is not None:
     raise ValueError(
-        f'k_max={k_max} only applies to a k range; pass k=({k}, {k}) to get a '
-        'hop-count token for a fixed k.')
+        f"k_max={k_max} only applies to a k range; pass k=({k}, {k}) to get a "
+        "hop-count token for a fixed k."
+    )
   return int(k), int(k), False
 
 
-def generate(num: int, length: int, alphabet: int, k, seed: int,
-             k_max: int | None = None):
+def generate(
+    num: int, length: int, alphabet: int, k, seed: int, k_max: int | None = None
+):
   """Returns tokens int32 (num, n), labels int32 (num, n), ks int32 (num,).
 
   `k` an int: every row uses that k, n = length, no hop-count token.
@@ -201,38 +208,48 @@ def generate(num: int, length: int, alphabet: int, k, seed: int,
   """
   _check_alphabet(alphabet)
   if length < 2:
-    raise ValueError(f'length={length} is too short; use length >= 2.')
+    raise ValueError(f"length={length} is too short; use length >= 2.")
   if num < 0:
-    raise ValueError(f'num={num} is negative; use num >= 0.')
+    raise ValueError(f"num={num} is negative; use num >= 0.")
   k_low, k_high, with_hop_token = _parse_k(k, k_max)
   rng = np.random.default_rng(seed)
   first_Bx1 = rng.integers(alphabet, size=(num, 1))
   steps_BxL = rng.integers(1, alphabet, size=(num, length - 1))
-  x_BxL = (np.cumsum(np.concatenate([first_Bx1, steps_BxL], axis=1), axis=1)
-           % alphabet).astype(np.int32)
+  x_BxL = (
+      np.cumsum(np.concatenate([first_Bx1, steps_BxL], axis=1), axis=1)
+      % alphabet
+  ).astype(np.int32)
   ks_B = rng.integers(k_low, k_high + 1, size=num).astype(np.int32)
   labels_BxL = hop_batch(x_BxL, ks_B, alphabet=alphabet)
   if not with_hop_token:
     return x_BxL, labels_BxL, ks_B
-  tokens_BxN = np.concatenate([hop_token(alphabet, ks_B)[:, None], x_BxL],
-                              axis=1).astype(np.int32)
+  tokens_BxN = np.concatenate(
+      [hop_token(alphabet, ks_B)[:, None], x_BxL], axis=1
+  ).astype(np.int32)
   labels_BxN = np.concatenate(
-      [np.full((num, 1), IGNORE, dtype=np.int32), labels_BxL], axis=1)
+      [np.full((num, 1), IGNORE, dtype=np.int32), labels_BxL], axis=1
+  )
   return tokens_BxN, labels_BxN, ks_B
 
 
-def _letters_to_ids(text: str, alphabet: int, extra: str = '') -> list[int]:
-  allowed = ''.join(chr(ord('a') + a) for a in range(alphabet))
+def _letters_to_ids(text: str, alphabet: int, extra: str = "") -> list[int]:
+  allowed = "".join(chr(ord("a") + a) for a in range(alphabet))
   for position, char in enumerate(text):
     if char not in allowed and char not in extra:
       raise ValueError(
-          f'character {char!r} at position {position} is not a letter of the '
-          f'alphabet {allowed!r}' + (f' or {extra!r}' if extra else '') + '.')
-  return [null_id(alphabet) if c in extra else ord(c) - ord('a') for c in text]
+          f"character {char!r} at position {position} is not a letter of the "
+          f"alphabet {allowed!r}" + (f" or {extra!r}" if extra else "") + "."
+      )
+  return [null_id(alphabet) if c in extra else ord(c) - ord("a") for c in text]
 
 
-def encode(text: str, k: int | None, *, alphabet: int,
-           k_range: tuple[int, int] | None = None) -> np.ndarray:
+def encode(
+    text: str,
+    k: int | None,
+    *,
+    alphabet: int,
+    k_range: tuple[int, int] | None = None,
+) -> np.ndarray:
   """Tokens int32 (n,) for a text like 'abcab'.
 
   With `k_range` = (k_min, k_max) the hop-count token for `k` is prepended
@@ -245,20 +262,22 @@ def encode(text: str, k: int | None, *, alphabet: int,
     _check_k_range(tuple(k_range))
     if k is None or not 1 <= k <= k_range[1]:
       raise ValueError(
-          f'k={k} has no hop-count token in k_range={tuple(k_range)}; use '
-          f'1 <= k <= {k_range[1]}.')
+          f"k={k} has no hop-count token in k_range={tuple(k_range)}; use "
+          f"1 <= k <= {k_range[1]}."
+      )
     ids = [hop_token(alphabet, k)] + ids
   return np.array(ids, dtype=np.int32)
 
 
-def encode_label(label: str, alphabet: int,
-                 k_range: tuple[int, int] | None = None) -> np.ndarray:
+def encode_label(
+    label: str, alphabet: int, k_range: tuple[int, int] | None = None
+) -> np.ndarray:
   """Labels int32 (n,) from a string like '___bc' ('_' is NULL).
 
   With `k_range` an IGNORE is prepended so the labels line up with `encode`.
   """
   _check_alphabet(alphabet)
-  ids = _letters_to_ids(label, alphabet, extra='_')
+  ids = _letters_to_ids(label, alphabet, extra="_")
   if k_range is not None:
     ids = [IGNORE] + ids
   return np.array(ids, dtype=np.int32)
@@ -272,14 +291,15 @@ def decode_label(labels, alphabet: int) -> str:
     if label == IGNORE:
       continue
     if label == null_id(alphabet):
-      chars.append('_')
+      chars.append("_")
     elif 0 <= label < alphabet:
-      chars.append(chr(ord('a') + label))
+      chars.append(chr(ord("a") + label))
     else:
       raise ValueError(
-          f'label {label} is not a letter id, NULL={alphabet} or IGNORE=-1 '
-          f'for alphabet={alphabet}.')
-  return ''.join(chars)
+          f"label {label} is not a letter id, NULL={alphabet} or IGNORE=-1 "
+          f"for alphabet={alphabet}."
+      )
+  return "".join(chars)
 
 
 def accuracy(pred, labels, alphabet: int) -> float:
@@ -290,9 +310,10 @@ def accuracy(pred, labels, alphabet: int) -> float:
   pred_BxN, labels_BxN = np.asarray(pred), np.asarray(labels)
   if pred_BxN.shape != labels_BxN.shape:
     raise ValueError(
-        f'pred has shape {pred_BxN.shape} but labels have shape '
-        f'{labels_BxN.shape}; they must match.')
+        f"pred has shape {pred_BxN.shape} but labels have shape "
+        f"{labels_BxN.shape}; they must match."
+    )
   scored = (labels_BxN >= 0) & (labels_BxN < alphabet)
   if not scored.any():
-    return float('nan')
+    return float("nan")
   return float(np.mean(pred_BxN[scored] == labels_BxN[scored]))
