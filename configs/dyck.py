@@ -10,7 +10,8 @@ mix=za|hard, max_len=INT, seed=INT, embed_scale=FLOAT (the std of E's initial
 entries; default 1.0), smoke. Single fields: --config.train.steps=...
 
 Paper (attention-only, `za`-style mix): sparse UT 100%, random UT 94.4%, trained
-about the same. Expected here: the README's Dyck-1 table (notes: docs/results.md).
+about the same. Expected result and run time under this protocol: not
+measured yet (the README's Dyck-1 table predates it; notes: docs/results.md).
 
 Our choices where the paper is silent (all chosen by us):
   Zhong & Andreas's protocol (DESIGN §7; ut/training/tasks/dyck.py): strings

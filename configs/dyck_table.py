@@ -9,6 +9,9 @@ choice we made where the paper is silent. Every run of a mix is scored on the
 same fixed validation set (eval_accuracy) and test set, neither ever trained
 on (Zhong & Andreas's protocol; ut/training/data.py). Paper (attention-only,
 za-style mix): sparse UT 100%, random UT 94.4%, trained about the same.
+Expected result and run time under this protocol: not measured yet (the
+previous protocol's table took 15.8 minutes with --workers=2,
+results/reproduce_partial.md).
 """
 
 from configs import dyck

@@ -401,6 +401,18 @@ class TrainAndEvaluateTest(parameterized.TestCase):
           self, r"block order used before the redesign", fn, *args
       )
 
+  def test_sparse_run_from_a_config_without_impl_resumes(self):
+    config = smoke_config(steps=2)
+    del config.model["impl"]  # A config built by hand, not by configs/common.
+    workdir = self.create_tempdir().full_path
+    first = train.train_and_evaluate(config, workdir)
+    self.assertEqual(
+        read_json(os.path.join(workdir, "config.json"))["model"]["impl"], "auto"
+    )
+    again = train.train_and_evaluate(config, workdir)
+    self.assertEqual(again["param_checksum"], first["param_checksum"])
+    self.assertEqual(train.load_config(workdir).model.impl, "auto")
+
   def test_two_runs_are_identical(self):
     config = smoke_config()
     dirs = [self.create_tempdir().full_path for _ in range(2)]

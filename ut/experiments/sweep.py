@@ -617,7 +617,8 @@ def _done(workdir, name, config):
   if recorded is None:
     return False
   diff = train.config_diff(
-      train.stored_config(recorded), json.loads(config.to_json_best_effort())
+      train.stored_config(recorded),
+      train.stored_config(json.loads(config.to_json_best_effort())),
   )
   if diff:
     raise UserError(

@@ -577,6 +577,9 @@ def _check_workdir_config(config, workdir):
           f"to resume"
       )
   else:
+    # Always recorded, so that a run's block order can be told later
+    # (`_refuse_old_sparse_order`), even from a config built by hand.
+    current.setdefault("model", {}).setdefault("impl", "auto")
     reports.write_json(path, current)
 
 
@@ -900,6 +903,9 @@ def _evaluate(evaluate, state, runs, step, on_eval, prefix):
   return evals
 
 
+_logits = jax.jit(models.apply, static_argnums=1)
+
+
 def test_metrics(params, spec, config, task, mesh=None):
   """A run's score on its task's fixed test set, for its final metrics.
 
@@ -915,10 +921,9 @@ def test_metrics(params, spec, config, task, mesh=None):
   metrics = held_out_metrics(params, spec, batches, mesh)
   out = dict(test_accuracy=metrics["accuracy"], test_loss=metrics["loss"])
   if hasattr(task, "breakdown"):
-    logits = jax.jit(models.apply, static_argnums=1)
     preds = np.concatenate(
         [
-            np.asarray(logits(params, spec, b["tokens"])).argmax(-1)
+            np.asarray(_logits(params, spec, b["tokens"])).argmax(-1)
             for b in batches
         ]
     )
