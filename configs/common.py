@@ -61,7 +61,9 @@ def parse_arg(arg, defaults):
   return out
 
 
-def base_config(kind, variant, seed):
+def base_config(kind, variant, seed, ut_seed=-1):
+  """The shared config; ut_seed < 0 draws the frozen weights (the random UT,
+  the UTs' frozen MLP) from `seed`, so that each seed is a new machine."""
   if kind not in MODEL_DEFAULTS:
     raise UserError(
         f"unknown model kind {kind!r}; use one of "
@@ -81,7 +83,7 @@ def base_config(kind, variant, seed):
           mlp_ratio=1,
           mlp_width=0,
           causal=True,
-          ut_seed=0,
+          ut_seed=seed if ut_seed < 0 else ut_seed,
           shared=False,
           embed_scale=1.0,
           # The forward's implementation: "reference", "xla_cpu" or "auto" (xla_cpu
@@ -105,6 +107,18 @@ def base_config(kind, variant, seed):
           grad_clip=1.0,
           log_every=100,
           checkpoint_every=500,
+          # "cosine" decays to final_lr_frac at `steps`; "constant" keeps the
+          # peak after warmup (ut.training.train.lr_schedule).
+          schedule="cosine",
+          # Early stopping on the validation accuracy, checked at each
+          # evaluation (ut.training.train.stop_reason); 0 turns a rule off.
+          # stop_accuracy: stop at >= this at stop_evals evaluations in a row.
+          stop_accuracy=0.0,
+          stop_evals=2,
+          # plateau_evals: stop when the last plateau_evals evaluations beat
+          # the best before them by no more than plateau_delta.
+          plateau_evals=0,
+          plateau_delta=0.0,
           # Split each batch over this process's devices (ut.training.train.make_step; on a
           # CPU, launch.train --cpu_devices=N makes N of its cores devices).
           data_parallel=False,

@@ -6,7 +6,9 @@ r"""Dyck-1 (is a parenthesis string balanced?) with a fixed UT or a trained mode
   python -m launch.train --config=configs/dyck.py:smoke --workdir=/tmp/w   # seconds
 
 Arguments: model=sparse|random|trained, variant=attn|res_ln|res_ln_mlp,
-mix=za|hard, max_len=INT, seed=INT, embed_scale=FLOAT (the std of E's initial
+mix=za|hard, max_len=INT, seed=INT (E, U, the data and, unless ut_seed is
+given, the frozen weights), ut_seed=INT (the random UT's draw and the frozen
+MLP's; default: the seed), embed_scale=FLOAT (the std of E's initial
 entries; default 1.0), smoke. Single fields: --config.train.steps=...
 
 Paper (attention-only, `za`-style mix): sparse UT 100%, random UT 94.4%, trained
@@ -42,11 +44,14 @@ def get_config(arg=None):
           mix="za",
           max_len=60,
           seed=0,
+          ut_seed=-1,
           embed_scale=1.0,
           smoke=False,
       ),
   )
-  config = common.base_config(args["model"], args["variant"], args["seed"])
+  config = common.base_config(
+      args["model"], args["variant"], args["seed"], args["ut_seed"]
+  )
   config.task = "dyck"
   # Fixed held-out sets (ut.training.data.Dyck): drawn once from these seeds,
   # whatever config.seed, and never trained on. The validation set is scored

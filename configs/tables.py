@@ -4,8 +4,8 @@ Grid arguments use '+' between values, e.g. `kinds=sparse+random,seeds=3`.
 With the trained attention-only model in the grid, each of its runs also gets
 two compiled-UT runs (sparse and random, `compiled=false` drops them): the
 trained model compiled into a fixed UT and evaluated with no gradient step.
-A run's seed sets E's and U's initialisation and its data; the random UT's
-weights come from model.ut_seed, 0 in every run (one machine, many programs).
+A run's seed sets E's and U's initialisation, its data, and the frozen
+weights (model.ut_seed = the seed): each random-UT seed is a new machine.
 """
 
 from configs import common

@@ -26,6 +26,7 @@ from tests import sweep_config
 from ut.cpu import workers
 from ut.errors import UserError
 from ut.experiments import sweep
+from ut.training import data as data_lib
 from ut.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -177,6 +178,41 @@ class SweepTest(absltest.TestCase):
           rtol=1e-6,
           err_msg=str(i),
       )
+
+  def test_a_run_that_stops_early_in_a_group_keeps_its_params(self):
+    """Run 0 stops at the second evaluation while run 1 and the vmapped
+    group's state train on: run 0 keeps its params of that step, those of a
+    lone constant-lr run that long; run 1 those of a full-length run. The
+    rule is patched to name run 0 by its lr (`stop_reason` is tested alone in
+    train_test)."""
+    configs = []
+    for lr in (1e-3, 2e-3):
+      config = sweep_config.get_config("model=random,smoke")
+      config.train.update(steps=12, lr=lr, schedule="constant")
+      configs.append(config)
+    rule = lambda tc, curve: (
+        "test stop" if tc.lr == 1e-3 and len(curve) >= 2 else None
+    )
+    with mock.patch.object(train, "stop_reason", rule):
+      got = sweep.train_group(configs)
+    every = configs[0].eval.every
+    tmp = self.create_tempdir().full_path
+    for i, steps in ((0, 2 * every), (1, 12)):
+      lone = configs[i].copy_and_resolve_references()
+      lone.train.steps = steps
+      want = train.train_and_evaluate(lone, os.path.join(tmp, str(i)))
+      self.assertEqual(got[i]["step"], steps)
+      np.testing.assert_allclose(
+          got[i]["param_checksum"], want["param_checksum"], rtol=1e-5
+      )
+      self.assertEqual(
+          [s for s, _ in got[i]["curve"]], list(range(every, steps + 1, every))
+      )
+      np.testing.assert_allclose(
+          got[i]["test_accuracy"], want["test_accuracy"], rtol=1e-6
+      )
+    self.assertEqual(got[0]["stopped_early"], "test stop")
+    self.assertIsNone(got[1]["stopped_early"])
 
   @pytest.mark.slow
   def test_restart_skips_finished_runs(self):
@@ -372,6 +408,29 @@ class SweepTest(absltest.TestCase):
     }
     self.assertGreater(cost["model=sparse"], cost["model=random"])
     self.assertGreater(cost["model=random"], cost["model=trained"])
+
+  def test_table_seeds_draw_new_machines(self):
+    module = sweep.load_config_module(
+        os.path.join(ROOT, "configs", "dyck_table.py")
+    )
+    runs = sweep.collect_runs(
+        module, "mixes=za,kinds=random,variants=res_ln_mlp,seeds=3"
+    )
+    self.assertEqual([c.model.ut_seed for _, c in runs], [0, 1, 2])
+    # The frozen weights (the UT and its MLP) differ between seeds.
+    task = data_lib.make_task(runs[0][1])
+    params = [
+        train.init_state(c, train.model_spec(c, task.info))[0].params
+        for _, c in runs
+    ]
+    for frozen in (("layers", "wq"), ("mlp", "w1")):
+      a, b = (np.asarray(p[frozen[0]][frozen[1]]) for p in params[:2])
+      self.assertFalse(np.allclose(a, b), frozen)
+    # An explicit ut_seed keeps the machine across program seeds.
+    fixed = [
+        module.get_config(f"model=random,seed={s},ut_seed=7") for s in (0, 1)
+    ]
+    self.assertEqual([c.model.ut_seed for c in fixed], [7, 7])
 
   def test_table_grid_passes_embed_scale(self):
     module = sweep.load_config_module(

@@ -177,6 +177,76 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     with open(os.path.join(workdir, "train_metrics.csv")) as f:
       self.assertEqual(f.read(), train_csv)
 
+  def test_early_stop_equals_a_run_of_that_many_steps(self):
+    """A constant-lr run stopped early (the plateau rule, which with
+    plateau_delta=1 fires at the second evaluation) ends with the params of
+    an uninterrupted run of that many steps; resuming it trains no more."""
+    every = 2
+    stopping = smoke_config(
+        steps=12,
+        schedule="constant",
+        plateau_evals=1,
+        plateau_delta=1.0,
+    )
+    stopping.eval.every = every
+    workdir = self.create_tempdir().full_path
+    got = train.train_and_evaluate(stopping, workdir)
+    self.assertEqual(got["step"], 2 * every)
+    self.assertStartsWith(got["stopped_early"], "plateau")
+    self.assertEqual([s for s, _ in got["curve"]], [every, 2 * every])
+    self.assertEqual(
+        sorted(os.listdir(os.path.join(workdir, "checkpoints")))[-1],
+        str(2 * every),
+    )
+    short = smoke_config(steps=2 * every, schedule="constant")
+    short.eval.every = every
+    want = train.train_and_evaluate(short, self.create_tempdir().full_path)
+    for key in FINAL_KEYS:
+      self.assertEqual(got[key], want[key], key)
+    self.assertEqual(got["curve"], want["curve"])
+    self.assertIsNone(want["stopped_early"])
+    # Resumed, the run sees its whole curve and stops where it was.
+    again = train.train_and_evaluate(stopping, workdir)
+    for key in FINAL_KEYS + ("curve", "stopped_early"):
+      self.assertEqual(again[key], got[key], key)
+
+  @parameterized.named_parameters(
+      ("off", dict(), [0.1, 0.2, 0.2, 0.2], False),
+      ("accuracy_twice", dict(stop_accuracy=0.9), [0.5, 0.9, 0.95], True),
+      ("accuracy_once", dict(stop_accuracy=0.9), [0.95, 0.5, 0.95], False),
+      (
+          "accuracy_three",
+          dict(stop_accuracy=0.9, stop_evals=3),
+          [0.5, 0.91, 0.92],
+          False,
+      ),
+      (
+          "plateau",
+          dict(plateau_evals=2, plateau_delta=0.01),
+          [0.5, 0.8, 0.805, 0.79],
+          True,
+      ),
+      (
+          "rising",
+          dict(plateau_evals=2, plateau_delta=0.01),
+          [0.5, 0.8, 0.79, 0.82],
+          False,
+      ),
+      ("too_short", dict(plateau_evals=2), [0.5, 0.5], False),
+  )
+  def test_stop_reason(self, rules, accs, stops):
+    tc = smoke_config().train
+    tc.update(rules)
+    curve = [(100 * (i + 1), a) for i, a in enumerate(accs)]
+    self.assertEqual(train.stop_reason(tc, curve) is not None, stops)
+
+  def test_constant_schedule_keeps_the_peak(self):
+    tc = smoke_config(steps=100, warmup_steps=10, schedule="constant").train
+    schedule = train.lr_schedule(tc, 0.5)
+    self.assertAlmostEqual(float(schedule(5)), 0.25)
+    for step in (10, 50, 99, 1000):
+      self.assertAlmostEqual(float(schedule(step)), 0.5)
+
   def test_frozen_leaves_are_bit_identical_after_training(self):
     config = smoke_config(arg="model=random,variant=res_ln_mlp")
     workdir = self.create_tempdir().full_path

@@ -179,6 +179,11 @@ def train_group(configs):
         for i in indices
     }
 
+  stopped_params = {}  # A run that stops early keeps that step's params.
+
+  def on_stop(i, step, state):
+    stopped_params[i] = _run(_fetch(state.params), i)
+
   result = train.train_loop(
       _place(_stack(states), shard),
       step_fn,
@@ -187,13 +192,21 @@ def train_group(configs):
       ),
       configs,
       evaluate=evaluate,
+      on_stop=on_stop,
       name=f"group of {len(configs)} runs on {mesh.size} device(s)",
   )
   params = _fetch(result.state.params)
   return [
       _diverged(config, result.diverged[i])
       if i in result.diverged
-      else train.run_summary(config, spec, _run(params, i), result, i, task)
+      else train.run_summary(
+          config,
+          spec,
+          stopped_params.get(i, _run(params, i)),
+          result,
+          i,
+          task,
+      )
       for i, config in enumerate(configs)
   ]
 
@@ -629,19 +642,32 @@ def _done(workdir, name, config):
   return True
 
 
+SUCCESS = 0.99  # A run succeeds when its final held-out accuracy reaches this.
+
+
 def aggregate(workdir, names):
-  """Mean ± std (ddof=1) of eval accuracy over runs that differ only in seed."""
+  """One row per cell: the runs that differ only in their seeds (`seed`, and
+  `model.ut_seed`: a random UT's draw is one more seed of the cell).
+
+  Mean ± std (ddof=1) of the validation (eval_accuracy) and, where the runs
+  have one, the test accuracy; how many runs end at >= SUCCESS on validation,
+  and the median step at which those first reached it (`steps_to_99`).
+  """
   cells = {}
   for name in names:
     with open(_metrics_path(workdir, name)) as f:
       r = json.load(f)
     cfg = train.stored_config(r["config"])
     cfg.pop("seed", None)
+    cfg.get("model", {}).pop("ut_seed", None)
     key = json.dumps(cfg, sort_keys=True)
     cells.setdefault(key, []).append(r)
   rows = []
   for results in cells.values():
     acc = np.array([r["eval_accuracy"] for r in results])
+    test = np.array([r.get("test_accuracy", math.nan) for r in results])
+    wins = [r for r in results if r["eval_accuracy"] >= SUCCESS]
+    first = [r["steps_to_99"] for r in wins if r.get("steps_to_99")]
     c = results[0]["config"]
     rows.append(
         dict(
@@ -652,7 +678,12 @@ def aggregate(workdir, names):
             lr=c["train"]["lr"],
             seeds=len(results),
             accuracy_mean=float(acc.mean()),
-            accuracy_std=float(acc.std(ddof=1)) if len(acc) > 1 else math.nan,
+            accuracy_std=_std(acc),
+            test_mean=float(test.mean()),
+            test_std=_std(test),
+            successes=len(wins),
+            median_steps_to_99=float(np.median(first)) if first else None,
+            max_steps=max(r.get("step", 0) for r in results),
             # Compiled-UT rows: the lowest share of predictions equal to the target's.
             agreement_min=min(
                 (r["agreement"] for r in results if "agreement" in r),
@@ -662,6 +693,10 @@ def aggregate(workdir, names):
         )
     )
   return rows
+
+
+def _std(values):
+  return float(values.std(ddof=1)) if len(values) > 1 else math.nan
 
 
 def write_table(workdir, rows, meta):
@@ -676,11 +711,15 @@ def write_table(workdir, rows, meta):
 
 def markdown_table(rows):
   shown = [{k: v for k, v in r.items() if k != "runs"} for r in rows]
+  pct = lambda mean, std: (
+      "" if math.isnan(mean) else f"{100 * mean:.2f} ± {100 * std:.2f}"
+  )
   for r in shown:
-    r["accuracy"] = (
-        f"{100 * r.pop('accuracy_mean'):.2f} ± "
-        f"{100 * r.pop('accuracy_std'):.2f}"
-    )
+    r["accuracy"] = pct(r.pop("accuracy_mean"), r.pop("accuracy_std"))
+    r["test"] = pct(r.pop("test_mean"), r.pop("test_std"))
+    r[f"≥{100 * SUCCESS:.0f}%"] = f"{r.pop('successes')}/{r['seeds']}"
+    median = r.pop("median_steps_to_99")
+    r["median step to 99%"] = "" if median is None else f"{median:.0f}"
     agreement = r.pop("agreement_min")
     r["agreement (min)"] = "" if agreement is None else f"{100 * agreement:.2f}"
   return reports.format_table(shown)

@@ -67,16 +67,49 @@ def model_spec(config, task_info):
   )
 
 
+SCHEDULES = ("cosine", "constant")
+
+
 def lr_schedule(tc, peak_lr):
-  """peak_lr times a warmup (from 0) + cosine (to final_lr_frac) shape."""
-  shape = optax.warmup_cosine_decay_schedule(
-      init_value=0.0,
-      peak_value=1.0,
-      warmup_steps=tc.warmup_steps,
-      decay_steps=max(tc.steps, tc.warmup_steps + 1),
-      end_value=tc.final_lr_frac,
-  )
+  """peak_lr times a linear warmup from 0, then per tc.schedule: "cosine"
+  decays to final_lr_frac at tc.steps; "constant" stays at the peak, so that a
+  run can leave a loss plateau late (with early stopping, `stop_reason`)."""
+  schedule = tc.get("schedule", "cosine")
+  if schedule == "constant":
+    shape = optax.warmup_constant_schedule(0.0, 1.0, tc.warmup_steps)
+  else:
+    shape = optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=1.0,
+        warmup_steps=tc.warmup_steps,
+        decay_steps=max(tc.steps, tc.warmup_steps + 1),
+        end_value=tc.final_lr_frac,
+    )
   return lambda step: peak_lr * shape(step)
+
+
+def stop_reason(tc, curve):
+  """Why a run whose held-out accuracy curve is `curve` ([(step, accuracy)],
+  one entry per evaluation) stops now, or None to go on.
+
+  tc.stop_accuracy > 0: stop once the accuracy is at least that at
+  tc.stop_evals evaluations in a row. tc.plateau_evals > 0: stop once the
+  best accuracy of the last plateau_evals evaluations is not above the best
+  before them by more than tc.plateau_delta (the curve has flattened).
+  """
+  accs = [a for _, a in curve]
+  target, n = tc.get("stop_accuracy", 0.0), tc.get("stop_evals", 2)
+  if target > 0 and len(accs) >= n and min(accs[-n:]) >= target:
+    return f"accuracy >= {target} at {n} evaluations in a row"
+  window = tc.get("plateau_evals", 0)
+  if window > 0 and len(accs) > window:
+    before, recent = max(accs[:-window]), max(accs[-window:])
+    if recent <= before + tc.get("plateau_delta", 0.0):
+      return (
+          f"plateau: best accuracy of the last {window} evaluations "
+          f"{recent:.4f}, best before {before:.4f}"
+      )
+  return None
 
 
 def make_optimizer(config, params, spec, peak_lr=None):
@@ -287,6 +320,29 @@ def check_schedule(config):
       or not 0 < lr < np.inf
   ):
     raise UserError(f"config.train.lr={lr!r}; use a positive number, e.g. 1e-3")
+  tc = config.train
+  if tc.get("schedule", "cosine") not in SCHEDULES:
+    raise UserError(
+        f"config.train.schedule={tc.schedule!r}; use one of "
+        f"{', '.join(SCHEDULES)}"
+    )
+  for field, least in (("stop_evals", 1), ("plateau_evals", 0)):
+    value = tc.get(field, least)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+      raise UserError(
+          f"config.train.{field}={value!r}; use an integer >= {least}"
+      )
+  for field, high in (("stop_accuracy", 1.0), ("plateau_delta", np.inf)):
+    value = tc.get(field, 0.0)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 <= value <= high
+    ):
+      raise UserError(
+          f"config.train.{field}={value!r}; use a number in [0, {high}]"
+          f" (0 turns it off)"
+      )
 
 
 def check_data_parallel(config):
@@ -471,20 +527,27 @@ def eval_batches(config, task, split="valid"):
   """A held-out set in batches of config.eval.batch_size.
 
   The task's fixed `split` set ('valid' or 'test') when it has one (Dyck:
-  `data.Dyck.held_out`; config.eval.num is then unused). Otherwise, for
-  'valid', config.eval.num examples from the seed stream (seed, 1); a task
-  without a fixed 'test' set has none (UserError).
+  `data.Dyck.held_out`; config.eval.num is then unused). Otherwise
+  config.eval.num examples from the seed stream (seed, 1) for 'valid' and
+  (seed, 2) for 'test': streams the training batches (seed, 0, step) never
+  draw from.
   """
+  if split not in HELD_OUT_STREAMS:
+    raise UserError(f"held-out split {split!r}; use valid or test")
   held_out = getattr(task, "held_out", None)
   full = held_out(split) if held_out else None
-  if full is None and split != "valid":
-    raise UserError(f"task {config.task} has no fixed {split!r} set")
   if full is None:
-    full = task.batch(config.eval.num, data_lib.stream_seed(config.seed, 1))
+    full = task.batch(
+        config.eval.num,
+        data_lib.stream_seed(config.seed, HELD_OUT_STREAMS[split]),
+    )
   n, bs = len(full["tokens"]), config.eval.batch_size
   return [
       jax.tree.map(lambda a, i=i: a[i : i + bs], full) for i in range(0, n, bs)
   ]
+
+
+HELD_OUT_STREAMS = {"valid": 1, "test": 2}
 
 
 def train_batch(config, task, step):
@@ -499,6 +562,11 @@ _ADDED_FIELDS = {
     "model.embed_scale": 1.0,
     "model.impl": "auto",
     "train.data_parallel": False,
+    "train.schedule": "cosine",
+    "train.stop_accuracy": 0.0,
+    "train.stop_evals": 2,
+    "train.plateau_evals": 0,
+    "train.plateau_delta": 0.0,
 }
 # Fields that older runs recorded and that are gone since (moved to the CPU
 # overlay, configs/cpu.py).
@@ -649,12 +717,13 @@ class _CsvLog:
       with open(path, "w") as f:
         f.write("\n".join([header] + rows) + "\n")
     self.header_written = os.path.exists(path)
+    self.rows = [dict(zip(header.split(","), r.split(","))) for r in rows]
     # The loss of the last kept row (for a resume with no steps left to run).
-    self.last_loss = (
-        float(dict(zip(header.split(","), rows[-1].split(",")))["loss"])
-        if rows
-        else None
-    )
+    self.last_loss = float(self.rows[-1]["loss"]) if self.rows else None
+
+  def curve(self):
+    """[(step, accuracy)] of the kept rows (an eval log's held-out curve)."""
+    return [(int(r["step"]), float(r["accuracy"])) for r in self.rows]
 
   def write(self, row):
     with open(self.path, "a") as f:
@@ -718,6 +787,7 @@ def train_and_evaluate(config, workdir):
         },
         start_step=start_step,
         last_loss=[train_log.last_loss],
+        curves={0: eval_log.curve()},
         on_log=on_log,
         on_eval=on_eval,
         save=lambda step, state: mngr.save(
@@ -748,6 +818,10 @@ class LoopResult:
   last_loss: each run's last finite training loss (None if it had none).
   evals: each run's held-out metrics at its last evaluation.
   diverged: a diagnosis for each run whose loss became NaN or inf.
+  curves: each run's held-out accuracy curve, [(step, accuracy)], from the
+    first step (a resumed run's curve starts with the one passed in).
+  stopped: {run: (step, reason)} for each run that stopped early
+    (`stop_reason`); its state is the one passed to on_stop at that step.
   """
 
   state: TrainState
@@ -755,6 +829,12 @@ class LoopResult:
   last_loss: list
   evals: dict
   diverged: dict
+  curves: dict = dataclasses.field(default_factory=dict)
+  stopped: dict = dataclasses.field(default_factory=dict)
+
+  def run_step(self, run):
+    """The steps run `run` trained: to its early stop, or all of `step`."""
+    return self.stopped[run][0] if run in self.stopped else self.step
 
 
 def divergence(loss, step, last_loss, grad_norm, lr):
@@ -777,7 +857,9 @@ def train_loop(
     last_loss=None,
     on_log=None,
     on_eval=None,
+    on_stop=None,
     save=None,
+    curves=None,
     name="",
 ):
   """The training loop of one run (`train_and_evaluate`) and of a vmapped sweep
@@ -799,24 +881,52 @@ def train_loop(
     on_log: (run, row) for each run still training, every train.log_every
       steps; the row has step, loss, accuracy, grad_norm, lr, steps_per_sec.
     on_eval: (run, step, metrics) after each evaluation.
-    save: (step, state), every train.checkpoint_every steps and after the last.
+    on_stop: (run, step, state) when a run stops early, with the state of
+      that step (for a group: take the run's share before training goes on).
+    save: (step, state), every train.checkpoint_every steps, after the last,
+      and when the last run training stops early.
+    curves: {run: [(step, accuracy)]}, the held-out curve before start_step
+      (a resumed run's, so that early stopping sees all of it).
     name: a prefix for the log lines.
 
   A run whose loss becomes NaN or inf stops counting: its diagnosis goes to
-  `diverged`, and the loop ends when no run is left training. This is the one
-  place where every path through training decides what a run's step, log
-  line, evaluation and end are.
+  `diverged`. A run stops early when its config's rule says so after an
+  evaluation (`stop_reason`: train.stop_accuracy, train.plateau_evals). The
+  loop ends when no run is left training. This is the one place where every
+  path through training decides what a run's step, log line, evaluation and
+  end are.
   """
   first = configs[0]
   steps, log_every = first.train.steps, first.train.log_every
   eval_every, save_every = first.eval.every, first.train.checkpoint_every
   schedules = [lr_schedule(c.train, c.train.lr) for c in configs]
   last_loss = list(last_loss or [None] * len(configs))
-  diverged, evals = {}, {}
+  diverged, evals, stopped = {}, {}, {}
+  curves = {i: list((curves or {}).get(i, [])) for i in range(len(configs))}
   training = list(range(len(configs)))
   prefix = f"{name}: " if name else ""
   done, t_last, s_last = start_step, time.perf_counter(), start_step
-  for step in range(start_step, steps):
+
+  def stop_finished(state):
+    """Takes the runs whose curve says stop out of `training`."""
+    for i in list(training):
+      reason = stop_reason(configs[i].train, curves[i])
+      if reason:
+        stopped[i] = (curves[i][-1][0], reason)
+        training.remove(i)
+        logging.info(
+            "%srun %d (seed %d) stops at step %d: %s",
+            prefix,
+            i,
+            configs[i].seed,
+            stopped[i][0],
+            reason,
+        )
+        if on_stop is not None:
+          on_stop(i, stopped[i][0], state)
+
+  stop_finished(state)  # A resumed run may have stopped before.
+  for step in range(start_step, steps if training else start_step):
     state, metrics = step_fn(state, batch_at(step))
     loss = np.asarray(metrics["loss"]).reshape(-1)
     for i in [i for i in training if not np.isfinite(loss[i])]:
@@ -873,17 +983,28 @@ def train_loop(
       )
     if done % eval_every == 0 or done == steps:
       evals.update(_evaluate(evaluate, state, training, done, on_eval, prefix))
-      # Early stopping on held-out accuracy would go here, for every path.
-    if save is not None and (done % save_every == 0 or done == steps):
+      for i in training:
+        curves[i].append((done, evals[i]["accuracy"]))
+      stop_finished(state)
+    if save is not None and (
+        done % save_every == 0 or done == steps or not training
+    ):
       save(done, state)
-  if training and not evals:  # Nothing left to train: evaluate the checkpoint.
-    evals.update(_evaluate(evaluate, state, training, done, None, prefix))
+    if not training:
+      break
+  # Nothing trained here (a finished or stopped run resumed): evaluate the
+  # checkpoint.
+  unscored = [i for i in range(len(configs)) if i not in diverged | evals]
+  if unscored:
+    evals.update(_evaluate(evaluate, state, unscored, done, None, prefix))
   return LoopResult(
       state=state,
       step=done,
       last_loss=last_loss,
       evals=evals,
       diverged=diverged,
+      curves=curves,
+      stopped=stopped,
   )
 
 
@@ -909,18 +1030,16 @@ _logits = jax.jit(models.apply, static_argnums=1)
 def test_metrics(params, spec, config, task, mesh=None):
   """A run's score on its task's fixed test set, for its final metrics.
 
-  dict(test_accuracy, test_loss), and test_breakdown where the task has a
-  `breakdown` (Dyck: by length, by subset, the counting baseline beside);
-  {} when the task has no fixed test set (k-hop, or a Dyck config without one).
+  dict(test_accuracy, test_loss) on `eval_batches(..., "test")`, and
+  test_breakdown where the task has a `breakdown` and a fixed test set (Dyck:
+  by length, by subset, the counting baseline beside).
   """
   held_out = getattr(task, "held_out", None)
   batch = held_out("test") if held_out else None
-  if batch is None:
-    return {}
   batches = eval_batches(config, task, "test")
   metrics = held_out_metrics(params, spec, batches, mesh)
   out = dict(test_accuracy=metrics["accuracy"], test_loss=metrics["loss"])
-  if hasattr(task, "breakdown"):
+  if batch is not None and hasattr(task, "breakdown"):
     preds = np.concatenate(
         [
             np.asarray(_logits(params, spec, b["tokens"])).argmax(-1)
@@ -944,9 +1063,17 @@ def trainable_count(params, spec):
 
 def run_summary(config, spec, params, result, run, task=None):
   """The final metrics of run `run` of a `LoopResult`, with its `params`;
-  with `task`, its fixed test set's too (`test_metrics`)."""
+  with `task`, its fixed test set's too (`test_metrics`).
+
+  step is where the run ended (its early stop, `stop_reason`, or the last
+  step); curve its held-out accuracy at each evaluation, and steps_to_99 the
+  first evaluated step at which that reached 99% (None if never)."""
+  curve = result.curves.get(run, [])
   return dict(
-      step=result.step,
+      step=result.run_step(run),
+      stopped_early=result.stopped.get(run, (None, None))[1],
+      steps_to_99=next((s for s, a in curve if a >= 0.99), None),
+      curve=[[s, a] for s, a in curve],
       eval_accuracy=result.evals[run]["accuracy"],
       **(test_metrics(params, spec, config, task) if task else {}),
       eval_loss=result.evals[run]["loss"],
