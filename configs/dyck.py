@@ -6,7 +6,7 @@ r"""Dyck-1 (is a parenthesis string balanced?) with a fixed UT or a trained mode
   python -m launch.train --config=configs/dyck.py:smoke --workdir=/tmp/w   # seconds
 
 Arguments: model=sparse|random|trained, variant=attn|res_ln|res_ln_mlp,
-mix=za|hard, max_len=INT, seed=INT (E, U, the data and, unless ut_seed is
+mix=za|hard, max_len=INT, m=INT (the random UT's width; 0: 256), seed=INT (E, U, the data and, unless ut_seed is
 given, the frozen weights), ut_seed=INT (the random UT's draw and the frozen
 MLP's; default: the seed), embed_scale=FLOAT (the std of E's initial
 entries; default 1.0), smoke. Single fields: --config.train.steps=...
@@ -24,9 +24,11 @@ Our choices where the paper is silent (all chosen by us):
   model sizes in configs/common.py (sparse: virtual target H=2, L=2, d=32, m=416;
   random: m=256, H=2, L=2, k_u=32; trained: d=64, H=2, L=2);
   AdamW (b2=0.98, no weight decay), peak lr 1e-2 for UTs and 1e-3 for trained
-  (configs/common.py), 100 warmup steps, cosine to 1%,
-  batch 128, 2000 steps, grad clip 1; the validation set is scored during
-  training, the test set at the end;
+  (configs/common.py), 100 warmup steps, then constant, batch 128, grad clip
+  1; trained until the validation accuracy (scored every 1000 steps) has
+  flattened: stopped when 5 evaluations in a row do not beat the best before
+  them by more than 0.2 points, or at >= 99.9% twice, or at the cap of 30000
+  steps; the test set is scored at the end;
   res_ln_mlp: one GELU MLP per layer of hidden width m (mlp_ratio 1), frozen
   random (N(0, 1/fan_in)) in UTs, trained in `trained`; LayerNorm without
   parameters everywhere.
@@ -43,6 +45,7 @@ def get_config(arg=None):
           variant="attn",
           mix="za",
           max_len=60,
+          m=0,
           seed=0,
           ut_seed=-1,
           embed_scale=1.0,
@@ -65,6 +68,18 @@ def get_config(arg=None):
       test_seed=0,
   )
   config.model.embed_scale = args["embed_scale"]
+  if args["m"]:
+    config.model.m = args["m"]
+  # Train until the validation curve has flattened (ut.training.train.stop_reason).
+  config.train.update(
+      steps=30000,
+      schedule="constant",
+      stop_accuracy=0.999,
+      stop_evals=2,
+      plateau_evals=5,
+      plateau_delta=0.002,
+  )
+  config.eval.every = 1000
   if args["smoke"]:
     common.smoke(config)
     config.data.valid_num = config.data.test_num = config.eval.num

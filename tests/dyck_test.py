@@ -377,9 +377,23 @@ class ProtocolTest(absltest.TestCase):
     )
     khop = khop_config.get_config("smoke")
     khop_task = data_lib.make_task(khop)
-    self.assertLen(train.eval_batches(khop, khop_task), 2)  # (seed, 1) stream.
-    with self.assertRaisesRegex(UserError, r"no fixed 'test' set"):
-      train.eval_batches(khop, khop_task, "test")
+    # k-hop has no fixed sets: streams (seed, 1) and (seed, 2), of eval.num.
+    valid, test = (
+        np.concatenate(
+            [b["tokens"] for b in train.eval_batches(khop, khop_task, s)]
+        )
+        for s in ("valid", "test")
+    )
+    self.assertLen(valid, khop.eval.num)
+    np.testing.assert_array_equal(
+        test,
+        khop_task.batch(khop.eval.num, data_lib.stream_seed(khop.seed, 2))[
+            "tokens"
+        ],
+    )
+    self.assertFalse(np.array_equal(valid, test))
+    with self.assertRaisesRegex(UserError, r"held-out split 'train'"):
+      train.eval_batches(khop, khop_task, "train")
 
   def test_bad_held_out_settings_are_user_errors(self):
     for field, value in (("test_num", -1), ("valid_seed", -2)):

@@ -5,6 +5,7 @@ ones check a vmapped group against single runs, and the worker heuristics of
 `ut.cpu.workers`.
 """
 
+import collections
 import contextlib
 import json
 import os
@@ -372,7 +373,7 @@ class SweepTest(absltest.TestCase):
         sweep.load_config_module(
             os.path.join(ROOT, "configs", "dyck_table.py")
         ),
-        "smoke,kinds=trained+random,variants=attn,seeds=2,mixes=hard",
+        "smoke,rows=all,kinds=trained+random,variants=attn,seeds=2,mixes=hard",
     )
     groups = {}
     for name, config in runs:
@@ -409,12 +410,39 @@ class SweepTest(absltest.TestCase):
     self.assertGreater(cost["model=sparse"], cost["model=random"])
     self.assertGreater(cost["model=random"], cost["model=trained"])
 
+  def test_dyck_table_has_the_papers_rows(self):
+    module = sweep.load_config_module(
+        os.path.join(ROOT, "configs", "dyck_table.py")
+    )
+    runs = sweep.collect_runs(module, "mixes=za")
+    cells = collections.Counter(
+        (c.model.kind, c.model.variant, c.model.m, c.compiled)
+        for _, c in runs
+        if c.model.kind != "sparse"
+    )
+    self.assertEqual(
+        cells,
+        {
+            ("random", "attn", 256, ""): 3,
+            ("random", "attn", 512, ""): 3,
+            ("trained", "attn", 256, ""): 3,
+            ("trained", "attn", 256, "sparse"): 3,
+            ("trained", "attn", 256, "random"): 3,
+            ("trained", "res_ln_mlp", 256, ""): 3,
+        },
+    )
+    self.assertLen([c for _, c in runs if c.model.kind == "sparse"], 3)
+    only = sweep.collect_runs(module, "mixes=za,kinds=random,compiled=false")
+    self.assertEqual(sorted({c.model.m for _, c in only}), [256, 512])
+    with self.assertRaisesRegex(UserError, "rows='some'"):
+      sweep.collect_runs(module, "rows=some")
+
   def test_table_seeds_draw_new_machines(self):
     module = sweep.load_config_module(
         os.path.join(ROOT, "configs", "dyck_table.py")
     )
     runs = sweep.collect_runs(
-        module, "mixes=za,kinds=random,variants=res_ln_mlp,seeds=3"
+        module, "rows=all,mixes=za,kinds=random,variants=res_ln_mlp,seeds=3"
     )
     self.assertEqual([c.model.ut_seed for _, c in runs], [0, 1, 2])
     # The frozen weights (the UT and its MLP) differ between seeds.

@@ -674,6 +674,7 @@ def aggregate(workdir, names):
             task=results[0]["task"],
             kind=results[0]["kind"],
             variant=results[0]["variant"],
+            width=results[0].get("model_width"),
             data=json.dumps(c.get("data", {}), sort_keys=True),
             lr=c["train"]["lr"],
             seeds=len(results),
