@@ -145,6 +145,8 @@ def main(argv):
         os.path.join(_WORKDIR.value, "paper.md"),
         plots.beside_paper(rows, module.PAPER, module.PANEL) + "\n",
     )
+  if hasattr(module, "report"):  # The config's own figures (configs/width.py).
+    module.report(_WORKDIR.value, rows)
   print(f"wrote {_WORKDIR.value}/table.csv, .json and .md")
 
 

@@ -200,3 +200,80 @@ def compiled_bars(results):
       fontsize=8,
   )
   return fig
+
+
+def against_width(points):
+  """Final accuracy (%, mean ± std) and the share of seeds reaching 99%
+  against m / N (log axis), one line per cell; m = N marked. `points`:
+  dicts with cell, ratio, accuracy_mean, accuracy_std, successes, seeds."""
+  fig = figure.Figure(figsize=(9, 3.4), layout="constrained")
+  acc_ax, share_ax = fig.subplots(1, 2)
+  for i, cell in enumerate(_ordered(p["cell"] for p in points)):
+    mine = sorted(
+        (p for p in points if p["cell"] == cell), key=lambda p: p["ratio"]
+    )
+    x = [p["ratio"] for p in mine]
+    std = [
+        0 if math.isnan(p["accuracy_std"]) else 100 * p["accuracy_std"]
+        for p in mine
+    ]
+    acc_ax.errorbar(
+        x,
+        [100 * p["accuracy_mean"] for p in mine],
+        yerr=std,
+        marker="o",
+        capsize=3,
+        color=f"C{i}",
+        label=cell,
+    )
+    share_ax.plot(
+        x,
+        [p["successes"] / p["seeds"] for p in mine],
+        marker="o",
+        color=f"C{i}",
+        label=cell,
+    )
+  for ax, label in (
+      (acc_ax, "final accuracy (%)"),
+      (share_ax, "share of seeds >= 99%"),
+  ):
+    ax.set_xscale("log", base=2)
+    ax.axvline(1.0, color="black", ls="--", lw=1, label="m = N")
+    ax.set_xlabel("m / N")
+    ax.set_ylabel(label)
+    ax.grid(alpha=0.3)
+  share_ax.set_ylim(-0.05, 1.05)
+  acc_ax.legend(fontsize=8)
+  return fig
+
+
+def curves(runs, title="", threshold=0.99):
+  """Held-out accuracy against step (log axis) for each run: `runs` maps a
+  label to [(step, accuracy)], e.g. the `curve` of each run's metrics.json;
+  runs that share a label's prefix before " seed=" share a colour."""
+  fig = figure.Figure(figsize=(7, 4), layout="constrained")
+  ax = fig.subplots()
+  cells = _ordered(label.split(" seed=")[0] for label in runs)
+  for label, curve in runs.items():
+    if not curve:
+      continue
+    cell = label.split(" seed=")[0]
+    steps, accs = zip(*curve)
+    ax.plot(
+        steps,
+        [100 * a for a in accs],
+        color=f"C{cells.index(cell) % 10}",
+        alpha=0.8,
+        lw=1,
+        label=cell,
+    )
+  ax.axhline(100 * threshold, color="black", ls=":", lw=1)
+  ax.set_xscale("log")
+  ax.set_xlabel("step")
+  ax.set_ylabel("held-out accuracy (%)")
+  handles, labels = ax.get_legend_handles_labels()
+  keep = dict(zip(labels, handles))
+  ax.legend(keep.values(), keep.keys(), fontsize=7, loc="lower right")
+  ax.grid(alpha=0.3)
+  ax.set_title(title)
+  return fig

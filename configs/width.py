@@ -1,0 +1,106 @@
+r"""Beyond the paper: does gradient descent need the width at which a program
+provably exists? The random UT trained at m = ratio x N, N the number of
+linear conditions its compiler solves (m >= N: every target of the class has
+an exact program, ut.core.bounds.random_threshold).
+
+  python -m launch.sweep --config=configs/width.py --workdir=results/width
+  python -m launch.sweep --config=configs/width.py:cells=dyck --workdir=W
+  python -m launch.sweep --config=configs/width.py:smoke --workdir=/tmp/w  # CI size
+
+Cells (our choice, from issue 17): Dyck attention-only (za; H = 2, L = 2,
+d = k_u = 32: N = 512), k-hop with res_ln at k = 1 and k = 2 (L = k + 1;
+N of the residual class, 800 and 2528: the compiler's class closest to
+res_ln, which adds a LayerNorm it does not handle). ratios: m / N in
+{1/8, 1/4, 1/2, 1, 2}; 3 seeds, each a new UT draw (model.ut_seed = seed).
+Each run is its task's protocol (configs/dyck.py, configs/khop.py). Runs go
+narrowest first. The sweep writes width.png: final accuracy and the share of
+seeds reaching 99% against m / N, with m = N marked.
+"""
+
+import json
+import os
+
+from configs import common
+from configs import dyck
+from configs import khop
+from ut.core import bounds
+
+CELLS = {
+    "dyck": ("configs/dyck.py", "model=random,variant=attn,mix=za", 2),
+    "khop1": ("configs/khop.py", "model=random,variant=res_ln,k=1", 2),
+    "khop2": ("configs/khop.py", "model=random,variant=res_ln,k=2", 3),
+}
+RATIOS = (0.125, 0.25, 0.5, 1.0, 2.0)
+_MODULES = {"configs/dyck.py": dyck, "configs/khop.py": khop}
+
+
+def threshold(cell):
+  """N of the cell's UT class (H = 2, k_u = d = 32, L layers)."""
+  _, arg, num_layers = CELLS[cell]
+  return bounds.random_threshold(
+      2, num_layers, 32, 32, 32, residual="res_ln" in arg
+  )
+
+
+def get_config(arg=None):
+  """configs/<task>.py's config for `cell=<name>,<its arguments>`."""
+  cell, _, rest = (arg or "").partition(",")
+  name = cell.partition("=")[2]
+  if not cell.startswith("cell=") or name not in CELLS:
+    raise common.UserError(
+        f"width runs start with cell=NAME; NAME one of {', '.join(CELLS)}"
+    )
+  path, base, _ = CELLS[name]
+  return _MODULES[path].get_config(",".join(filter(None, [base, rest])))
+
+
+def sweep(add, arg=None):
+  args = common.parse_arg(
+      arg, dict(cells="dyck+khop1+khop2", seeds=3, smoke=False)
+  )
+  cells = args["cells"].split("+")
+  for cell in cells:
+    if cell not in CELLS:
+      raise common.UserError(f"cells={cell!r}; use some of {'+'.join(CELLS)}")
+  runs = []
+  for cell in cells:
+    n = threshold(cell)
+    for ratio in RATIOS:
+      m = max(8, round(ratio * n))
+      if args["smoke"]:
+        m = max(8, round(ratio * 64))
+      for seed in range(args["seeds"]):
+        runs.append((m, f"cell={cell},seed={seed}", {"model.m": m}))
+  for m, run, overrides in sorted(runs, key=lambda r: r[0]):
+    add(run + (",smoke" if args["smoke"] else ""), **overrides)
+
+
+def report(workdir, rows):
+  """width.png and width.json: accuracy and successes against m / N."""
+  from ut.io import plots  # pylint: disable=g-import-not-at-top
+
+  points = []
+  for r in rows:
+    data = json.loads(r["data"])
+    cell = "dyck" if "mix" in data else f"khop{data['k']}"
+    n = threshold(cell)
+    points.append(
+        dict(
+            cell=cell,
+            m=r["width"],
+            N=n,
+            ratio=r["width"] / n,
+            accuracy_mean=r["accuracy_mean"],
+            accuracy_std=r["accuracy_std"],
+            successes=r["successes"],
+            seeds=r["seeds"],
+        )
+    )
+  points.sort(key=lambda p: (p["cell"], p["ratio"]))
+  from ut.io import reports  # pylint: disable=g-import-not-at-top
+
+  reports.write_json(
+      os.path.join(workdir, "width.json"),
+      dict(points=points, provenance=reports.provenance()),
+  )
+  plots.against_width(points).savefig(os.path.join(workdir, "width.png"))

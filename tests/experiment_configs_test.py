@@ -1,0 +1,127 @@
+"""The sweeps beyond the paper's tables: widths, machines, selection."""
+
+import json
+import os
+
+from absl.testing import absltest
+import numpy as np
+
+from configs import machines
+from configs import width
+from ut.errors import UserError
+from ut.experiments import sweep
+from ut.io import plots
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _module(name):
+  return sweep.load_config_module(os.path.join(ROOT, "configs", name))
+
+
+class WidthTest(absltest.TestCase):
+
+  def test_runs_are_ratios_of_the_threshold_narrowest_first(self):
+    # N by hand from the size formulas (docs/design.md), H = 2, k_u = d = 32:
+    # attention-only L = 2: 2*32*(2+4) + 32*4; residual L = 2 and 3:
+    # 2*32*2*(1+3) + 32*9 and 2*32*2*(1+3+9) + 32*27.
+    n = {"dyck": 512, "khop1": 800, "khop2": 2528}
+    self.assertEqual({c: width.threshold(c) for c in width.CELLS}, n)
+    runs = sweep.collect_runs(_module("width.py"))
+    ms = [c.model.m for _, c in runs]
+    self.assertEqual(ms, sorted(ms))
+    self.assertLen(runs, 3 * len(width.RATIOS) * 3)
+    want = sorted(
+        round(r * n[cell]) for cell in n for r in width.RATIOS for _ in range(3)
+    )
+    self.assertEqual(ms, want)
+    for _, c in runs:
+      self.assertEqual(c.model.kind, "random")
+      self.assertEqual(c.model.ut_seed, c.seed)  # Each seed a new draw.
+    with self.assertRaisesRegex(UserError, "cells='nope'"):
+      sweep.collect_runs(_module("width.py"), "cells=nope")
+
+  def test_report_writes_points_and_figure(self):
+    workdir = self.create_tempdir().full_path
+    rows = [
+        dict(
+            data=json.dumps(dict(k=1, length=32, alphabet=4)),
+            width=w,
+            accuracy_mean=a,
+            accuracy_std=0.01,
+            successes=s,
+            seeds=3,
+        )
+        for w, a, s in ((100, 0.5, 0), (800, 0.995, 3))
+    ]
+    width.report(workdir, rows)
+    with open(os.path.join(workdir, "width.json")) as f:
+      points = json.load(f)["points"]
+    self.assertEqual([p["ratio"] for p in points], [100 / 800, 1.0])
+    self.assertEqual([p["cell"] for p in points], ["khop1", "khop1"])
+    self.assertGreater(os.path.getsize(os.path.join(workdir, "width.png")), 0)
+
+
+class MachinesTest(absltest.TestCase):
+
+  def test_crosses_draws_with_programs(self):
+    runs = sweep.collect_runs(_module("machines.py"))
+    pairs = [(c.task, c.model.ut_seed, c.seed) for _, c in runs]
+    self.assertLen(set(pairs), 12)
+    self.assertEqual(
+        {(u, s) for _, u, s in pairs},
+        {(u, s) for u in (0, 1, 2) for s in (10, 11)},
+    )
+    # One cell per task: the draws and programs are its seeds.
+    self.assertLen({sweep.group_key(c) for _, c in runs}, 2)
+
+  def test_spread(self):
+    results = [
+        dict(config=dict(model=dict(ut_seed=u)), eval_accuracy=a)
+        for u, a in ((0, 0.9), (0, 0.8), (1, 0.5), (1, 0.7))
+    ]
+    got = machines.spread(results)
+    self.assertAlmostEqual(got["mean"], 0.725)
+    self.assertAlmostEqual(
+        got["between_machines"], abs(0.85 - 0.6) / np.sqrt(2)
+    )
+    self.assertAlmostEqual(
+        got["between_programs"], (0.1 / np.sqrt(2) + 0.2 / np.sqrt(2)) / 2
+    )
+
+
+class SelectionTest(absltest.TestCase):
+
+  def test_selection_runs_use_validation_seeds_only(self):
+    table_seeds = {0, 1, 2}
+    for name, arg in (
+        ("khop_select.py", None),
+        ("khop_select.py", "part=uts"),
+        ("dyck_select.py", None),
+    ):
+      runs = sweep.collect_runs(_module(name), arg)
+      self.assertNotEmpty(runs)
+      self.assertFalse({c.seed for _, c in runs} & table_seeds, name)
+      self.assertGreater(len({c.train.lr for _, c in runs}), 1, name)
+
+
+class CurvesTest(absltest.TestCase):
+
+  def test_one_line_per_run_on_a_log_axis(self):
+    fig = plots.curves(
+        {
+            "sparse seed=0": [(500, 0.5), (1000, 0.9)],
+            "sparse seed=1": [(500, 0.6), (1000, 0.95)],
+            "trained seed=0": [(500, 0.7)],
+        }
+    )
+    ax = fig.axes[0]
+    self.assertEqual(ax.get_xscale(), "log")
+    self.assertLen(ax.lines, 4)  # Three runs and the 99% line.
+    # Runs of one cell share a colour.
+    self.assertEqual(ax.lines[0].get_color(), ax.lines[1].get_color())
+    self.assertNotEqual(ax.lines[0].get_color(), ax.lines[2].get_color())
+
+
+if __name__ == "__main__":
+  absltest.main()
