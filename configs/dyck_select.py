@@ -16,6 +16,7 @@ random UT of width 512 takes the choice of width 256 (not run here).
 from configs import common
 from configs import dyck
 from configs import dyck_table
+from ut.experiments import selection
 
 get_config = dyck.get_config
 
@@ -42,3 +43,8 @@ def sweep(add, arg=None):
       if not args["smoke"]:
         overrides["train.steps"] = args["steps"]
       add(run, **overrides)
+
+
+# selection.{md,json} in the workdir: per row the lr the table uses
+# (ut/experiments/selection.py's rule).
+report = selection.report

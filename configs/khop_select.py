@@ -23,6 +23,7 @@ reached 99.5% for the trained res_ln_mlp at every k; docs/results.md).
 
 from configs import common
 from configs import khop
+from ut.experiments import selection
 
 get_config = khop.get_config
 
@@ -59,3 +60,8 @@ def sweep(add, arg=None):
             if scale != 1.0:
               run += f",embed_scale={scale}"
             add(run + (",smoke" if args["smoke"] else ""), **{"train.lr": lr})
+
+
+# selection.{md,json} in the workdir: per cell the lr and embed_scale the
+# table uses (ut/experiments/selection.py's rule).
+report = selection.report

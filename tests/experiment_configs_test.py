@@ -9,6 +9,7 @@ import numpy as np
 from configs import machines
 from configs import width
 from ut.errors import UserError
+from ut.experiments import selection
 from ut.experiments import sweep
 from ut.io import plots
 
@@ -103,6 +104,36 @@ class SelectionTest(absltest.TestCase):
       self.assertNotEmpty(runs)
       self.assertFalse({c.seed for _, c in runs} & table_seeds, name)
       self.assertGreater(len({c.train.lr for _, c in runs}), 1, name)
+
+
+class ChooseTest(absltest.TestCase):
+
+  def test_most_successes_then_fewest_steps_then_accuracy(self):
+    row = lambda lr, succ, med, acc, k=2: dict(
+        kind="trained",
+        variant="attn",
+        width=64,
+        data=json.dumps(dict(k=k)),
+        lr=lr,
+        successes=succ,
+        median_steps_to_99=med,
+        accuracy_mean=acc,
+        seeds=2,
+    )
+    rows = [
+        row(1e-3, 1, 500, 0.999),
+        row(3e-4, 2, 4000, 0.995),  # Most successes wins.
+        row(3e-3, 2, 9000, 0.999),
+        row(1e-3, 0, None, 0.6, k=3),
+        row(3e-4, 0, None, 0.7, k=3),  # None succeed: the best accuracy.
+        row(3e-3, 0, None, float("nan"), k=3),  # Diverged: last.
+    ]
+    chosen = {
+        json.loads(cell[2])["k"]: (best["lr"], [r["lr"] for r in ranked])
+        for cell, best, ranked in selection.choose(rows)
+    }
+    self.assertEqual(chosen[2], (3e-4, [3e-4, 3e-3, 1e-3]))
+    self.assertEqual(chosen[3], (3e-4, [3e-4, 1e-3, 3e-3]))
 
 
 class CurvesTest(absltest.TestCase):

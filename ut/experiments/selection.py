@@ -1,0 +1,96 @@
+"""Choosing hyperparameters from a selection sweep's table (validation seeds).
+
+`choose(rows, keys)` groups a sweep's aggregate rows (ut/experiments/sweep.py)
+into cells by `keys` (e.g. kind, variant, data) and picks in each the row
+that does best on the validation set: the most runs ending at >= 99%
+(`successes`), then the fewest median steps to 99%, then the highest mean
+validation accuracy. The chosen row's hyperparameters are the cell's.
+"""
+
+import json
+import math
+import os
+
+from ut.io import reports
+
+
+def _rank(row):
+  median = row.get("median_steps_to_99")
+  mean = row["accuracy_mean"]
+  return (
+      -row["successes"],
+      math.inf if median is None else median,
+      -(mean if not math.isnan(mean) else -math.inf),
+  )
+
+
+def choose(rows, keys=("kind", "variant", "data")):
+  """[(cell, chosen row, the cell's rows best first)] in first-seen order."""
+  cells = {}
+  for row in rows:
+    cells.setdefault(tuple(row[k] for k in keys), []).append(row)
+  return [
+      (cell, ranked[0], ranked)
+      for cell, ranked in (
+          (cell, sorted(members, key=_rank)) for cell, members in cells.items()
+      )
+  ]
+
+
+def markdown(choices, params):
+  """A table: each cell's candidates, best first, the chosen one marked.
+
+  params: {column: function of a row}, the hyperparameters shown."""
+  out = []
+  for cell, best, ranked in choices:
+    for row in ranked:
+      data = json.loads(row["data"]) if isinstance(row["data"], str) else {}
+      out.append(
+          dict(
+              chosen="*" if row is best else "",
+              kind=row["kind"],
+              variant=row["variant"],
+              **{k: v for k, v in data.items() if k in ("k", "mix")},
+              **{name: get(row) for name, get in params.items()},
+              seeds=row["seeds"],
+              **{"≥99%": row["successes"]},
+              median_step_to_99=row.get("median_steps_to_99"),
+              accuracy=f"{100 * row['accuracy_mean']:.2f}",
+          )
+      )
+    del cell
+  return reports.format_table(out)
+
+
+def report(workdir, rows):
+  """selection.md and selection.json in a selection sweep's workdir: per cell
+  (kind, variant, data, and model width), the lr and embed_scale chosen."""
+  for row in rows:  # Run names carry embed_scale; read it from a run's config.
+    name = row["runs"].split(";")[0]
+    with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
+      row["embed_scale"] = json.load(f)["config"]["model"]["embed_scale"]
+  choices = choose(rows, ("kind", "variant", "width", "data"))
+  params = dict(lr=lambda r: r["lr"], embed_scale=lambda r: r["embed_scale"])
+  reports.write_text(
+      os.path.join(workdir, "selection.md"), markdown(choices, params) + "\n"
+  )
+  reports.write_json(
+      os.path.join(workdir, "selection.json"),
+      dict(
+          chosen=[
+              dict(
+                  kind=best["kind"],
+                  variant=best["variant"],
+                  width=best["width"],
+                  data=json.loads(best["data"]),
+                  lr=best["lr"],
+                  embed_scale=best["embed_scale"],
+                  successes=best["successes"],
+                  seeds=best["seeds"],
+                  accuracy_mean=best["accuracy_mean"],
+              )
+              for _, best, _ in choices
+          ],
+          provenance=reports.provenance(),
+      ),
+  )
