@@ -145,6 +145,11 @@ def main(argv):
         os.path.join(_WORKDIR.value, "paper.md"),
         plots.beside_paper(rows, module.PAPER, module.PANEL) + "\n",
     )
+  runs = plots.run_curves(_WORKDIR.value, rows)
+  if runs:  # Every run's validation curve, on a log step axis.
+    plots.curves(runs, title=_CONFIG.value).savefig(
+        os.path.join(_WORKDIR.value, "curves.png"), dpi=120
+    )
   if hasattr(module, "report"):  # The config's own figures (configs/width.py).
     module.report(_WORKDIR.value, rows)
   print(f"wrote {_WORKDIR.value}/table.csv, .json and .md")

@@ -277,3 +277,23 @@ def curves(runs, title="", threshold=0.99):
   ax.grid(alpha=0.3)
   ax.set_title(title)
   return fig
+
+
+def run_curves(workdir, rows):
+  """{"<cell> seed=<seed>": curve} for every run of a sweep's rows that
+  recorded one (runs/<name>/metrics.json's `curve`), for `curves`."""
+  out = {}
+  for row in rows:
+    data = json.loads(row["data"]) if row.get("data") else {}
+    where = " ".join(f"{k}={data[k]}" for k in ("k", "mix") if k in data)
+    cell = (
+        f"{row['kind']} {row['variant']} m={row.get('width')} {where} "
+        f"lr={row['lr']:g}"
+    )
+    for name in row["runs"].split(";"):
+      path = os.path.join(workdir, "runs", name, "metrics.json")
+      with open(path) as f:
+        r = json.load(f)
+      if r.get("curve"):
+        out[f"{cell} seed={r.get('seed')}"] = [tuple(p) for p in r["curve"]]
+  return out
