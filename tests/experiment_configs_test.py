@@ -153,6 +153,25 @@ class CurvesTest(absltest.TestCase):
     self.assertEqual(ax.lines[0].get_color(), ax.lines[1].get_color())
     self.assertNotEqual(ax.lines[0].get_color(), ax.lines[2].get_color())
 
+  def test_run_curves_reads_each_runs_curve(self):
+    workdir = self.create_tempdir().full_path
+    for name, seed, curve in (("a", 0, [[500, 0.5]]), ("b", 1, [])):
+      os.makedirs(os.path.join(workdir, "runs", name))
+      with open(os.path.join(workdir, "runs", name, "metrics.json"), "w") as f:
+        json.dump(dict(seed=seed, curve=curve), f)
+    row = dict(
+        kind="sparse",
+        variant="attn",
+        width=416,
+        data=json.dumps(dict(mix="za")),
+        lr=0.01,
+        runs="a;b",
+    )
+    self.assertEqual(
+        plots.run_curves(workdir, [row]),
+        {"sparse attn m=416 mix=za lr=0.01 seed=0": [(500, 0.5)]},
+    )
+
 
 if __name__ == "__main__":
   absltest.main()
