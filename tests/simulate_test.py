@@ -1,5 +1,6 @@
 """Equivalence: a fixed UT with a compiled E reproduces the target (numpy reference)."""
 
+import contextlib
 import math
 
 from absl.testing import absltest
@@ -8,6 +9,7 @@ import chex
 import jax
 import numpy as np
 
+from configs import simulate as simulate_config
 from tests import reference
 from tests import test_cases
 from ut.core import bounds
@@ -18,9 +20,37 @@ from ut.core import transformer
 from ut.core.constructions import gaussian
 from ut.core.constructions import sparse
 from ut.errors import UserError
+from ut.experiments import simulate_table
 
 F64_ATOL = 1e-9  # Issue: float64 max abs error <= 1e-9.
 F32_RTOL = 1e-4  # Issue: float32 <= 1e-4 relative (sparse; random at 1.25 N).
+# One padding for every equivalence case (L, H <= 3, d <= 3, m <= 1.25 N of
+# H = 3, L = 3, d = 2): the padded checks share their compiled programs.
+PADDING = simulate.Padding(num_layers=3, num_heads=3, width=4, ut_width=272)
+
+_COUNTERS = []  # The compile counters active now.
+
+
+def _on_duration(event, seconds, **kwargs):
+  del seconds, kwargs
+  if event == "/jax/core/compile/backend_compile_duration":
+    for counter in _COUNTERS:
+      counter[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
+@contextlib.contextmanager
+def count_compiles():
+  """Counts XLA compilations while active: `with count_compiles() as n`, then
+  n[0]. Deterministic: a program found in JAX's caches is not compiled."""
+  counter = [0]
+  _COUNTERS.append(counter)
+  try:
+    yield counter
+  finally:
+    _COUNTERS.remove(counter)
 
 
 def make_target(
@@ -72,29 +102,22 @@ def build_ut(case, target, m_factor=1.0):
 class EquivalenceTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*test_cases.CASES)
-  def test_ut_matches_numpy_target(
-      self,
-      construction,
-      num_heads,
-      num_layers,
-      width,
-      causal,
-      looped,
-      residual,
-      path,
-      shared,
-  ):
-    case = dict(
-        construction=construction,
-        num_heads=num_heads,
-        num_layers=num_layers,
-        width=width,
-        causal=causal,
-        looped=looped,
-        residual=residual,
-        path=path,
-        shared=shared,
+  def test_ut_matches_numpy_target(self, **case):
+    self.check_case(case, padding=None)
+
+  @parameterized.named_parameters(*test_cases.CASES)
+  def test_padded_ut_matches_numpy_target(self, **case):
+    # Zero-padded to PADDING (a sparse UT as its dense matrices): exact.
+    self.check_case(case, padding=PADDING)
+
+  def check_case(self, case, padding):
+    num_heads, num_layers, width = (
+        case["num_heads"],
+        case["num_layers"],
+        case["width"],
     )
+    causal, looped, residual = case["causal"], case["looped"], case["residual"]
+    construction = case["construction"]
     g = 3  # Targets checked at once (vmapped).
     pairs = [
         make_target(
@@ -123,6 +146,7 @@ class EquivalenceTest(parameterized.TestCase):
         simulate.stack([b[1] for b in built]),
         simulate.stack([t for _, t in pairs]),
         x,
+        padding=padding,
     )
     np.testing.assert_allclose(result["reference"], ref, atol=1e-12, rtol=0)
     y64 = result["float64"]["output"]
@@ -137,6 +161,7 @@ class EquivalenceTest(parameterized.TestCase):
           simulate.stack([t for _, t in pairs]),
           x,
           dtypes=("float32",),
+          padding=padding,
       )
     y32 = result["float32"]["output"]
     self.assertEqual(y32.dtype, np.float32)
@@ -241,6 +266,104 @@ class ThresholdTest(parameterized.TestCase):
     m, probes = compile_lib.smallest_exact_width(target, seed=0)
     self.assertEqual(m, bounds.random_threshold(2, 2, 2))
     self.assertGreater(probes, 1)
+
+
+class PaddingTest(parameterized.TestCase):
+  """Classes that fit one `Padding` share their compiled programs."""
+
+  def test_paddings_group_classes_by_ut_width(self):
+    pads = simulate.paddings(
+        [(1, 1, 4, 12), (2, 3, 4, 144), (2, 2, 8, 128), (3, 3, 8, 600)]
+    )
+    small = simulate.Padding(num_layers=3, num_heads=2, width=8, ut_width=144)
+    self.assertEqual(pads, [small] * 3 + [simulate.Padding(3, 3, 8, 600)])
+
+  def test_classes_of_one_padding_compile_once(self):
+    classes = [(1, 1, 3), (2, 3, 2), (3, 2, 3)]
+    padding = simulate.Padding(3, 3, 3, 99)  # N of (3, 2, 3): the widest.
+    jax.clear_caches()  # So that the first class compiles.
+    for i, (h, num_layers, d) in enumerate(classes):
+      gens = simulate.random_targets(h, num_layers, d, num=2, seed=i)
+      x = np.random.default_rng(i).standard_normal((2, 3, 5, d))
+      with count_compiles() as compiles:
+        for name in ("sparse", "random"):
+          built = [simulate.build(t, name) for t in gens]
+          result = simulate.check(
+              built[0][0],
+              simulate.stack([b[1] for b in built]),
+              simulate.stack(gens),
+              x,
+              padding=padding,
+          )
+          self.assertLessEqual(result["float64"]["max_abs_err"], F64_ATOL)
+      if i == 0:  # The target in float64, the UT in float32 and float64.
+        self.assertGreaterEqual(compiles[0], 3)
+      else:
+        self.assertEqual(compiles[0], 0, (h, num_layers, d))
+
+  def test_padding_smaller_than_the_class_is_refused(self):
+    _, target = make_target(
+        0,
+        num_heads=2,
+        num_layers=2,
+        width=2,
+        causal=True,
+        looped=False,
+        residual=False,
+    )
+    ut = sparse.make_sparse_ut(2, 2, 2)
+    program, _ = compile_lib.compile_sparse(ut, target)
+    args = (ut, simulate.stack([program]), simulate.stack([target]))
+    x = np.ones((1, 1, 3, 2))
+    with self.assertRaisesRegex(ValueError, "smaller than the targets"):
+      simulate.check(*args, x, padding=simulate.Padding(1, 2, 2, ut.m))
+    with self.assertRaisesRegex(ValueError, "cannot pad"):
+      simulate.check(*args, x, padding=simulate.Padding(2, 2, 2, ut.m - 1))
+
+  def test_random_targets_are_init_s_and_compile_once(self):
+    jax.clear_caches()
+    # (2, 4, 7): 392 weights each, more than one draw of _MIN_DRAW holds.
+    classes = [(1, 1, 4), (3, 2, 2), (2, 4, 7)]
+    for i, (h, num_layers, d) in enumerate(classes):
+      with count_compiles() as compiles:
+        got = simulate.random_targets(
+            h, num_layers, d, num=2, seed=5, causal=False
+        )
+      if 0 < i < len(classes) - 1:
+        self.assertEqual(compiles[0], 0, (h, num_layers, d))
+      key = jax.random.PRNGKey(5)
+      for j, target in enumerate(got):
+        want = targets_lib.init(
+            jax.random.fold_in(key, j),
+            num_heads=h,
+            num_layers=num_layers,
+            width=d,
+            causal=False,
+        ).astype(np.float64)
+        for name in ("wq", "wk", "wv", "wo", "wu"):
+          a, b = getattr(target, name), getattr(want, name)
+          self.assertEqual((a.dtype, a.shape), (b.dtype, b.shape), name)
+          np.testing.assert_array_equal(a, b, err_msg=name)
+        self.assertEqual(
+            (target.causal, target.residual), (want.causal, want.residual)
+        )
+
+  def test_table_rows_of_one_padding_compile_once(self):
+    config = simulate_config.get_config("smoke")
+    grid = ((1, 2, 3), (2, 2, 2), (2, 1, 3))
+    pads = simulate_table.table_paddings(grid)
+    self.assertLen(set(pads), 1)
+    jax.clear_caches()
+    with jax.enable_x64(True):  # As launch.simulate runs the table.
+      for i, ((h, num_layers, d), padding) in enumerate(zip(grid, pads)):
+        with count_compiles() as compiles:
+          row = simulate_table.table_row(h, num_layers, d, config, padding)
+        if i:
+          self.assertEqual(compiles[0], 0, (h, num_layers, d))
+        self.assertLessEqual(row["sparse_f64_abs"], F64_ATOL)
+        self.assertLessEqual(row["random_f64_abs"], F64_ATOL)
+        self.assertLessEqual(row["sparse_f32_rel"], F32_RTOL)
+        self.assertEqual(row["min_exact_m"], row["N"])
 
 
 class TargetApplyTest(parameterized.TestCase):

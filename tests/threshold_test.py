@@ -18,8 +18,10 @@ import pytest
 
 from configs import threshold as threshold_config
 from tests import cli_helpers
+from tests import simulate_test
 from ut.core import bounds
 from ut.core import compile as compile_lib
+from ut.core import simulate
 from ut.core import targets as targets_lib
 from ut.core.constructions import gaussian
 from ut.core.constructions import sparse
@@ -196,12 +198,29 @@ class LibraryTest(parameterized.TestCase):
   def test_padding_keeps_the_errors(self):
     gens = threshold.random_targets(2, 2, 2, num=2, seed=3)
     x = np.random.default_rng(0).standard_normal((2, 2, 5, 2))
+    padding = simulate.Padding(num_layers=3, num_heads=3, width=3, ut_width=40)
     for m in (20, 32):  # Below and at N = 32.
       plain = threshold.point(gens, x, m, seed=1)
-      padded = threshold.point(gens, x, m, seed=1, padded_width=40)
+      padded = threshold.point(gens, x, m, seed=1, padding=padding)
       np.testing.assert_allclose(
           padded["rel_errs"], plain["rel_errs"], rtol=1e-6, atol=1e-13
       )
+
+  def test_classes_of_one_padding_compile_once(self):
+    config = threshold_config.get_config("smoke")
+    pads = threshold.sweep_paddings(config.grid, config.ratios)
+    self.assertLen(set(pads), 1)
+    jax.clear_caches()
+    with jax.enable_x64(True):  # As launch.threshold runs the sweep.
+      for i, ((h, num_layers, d), padding) in enumerate(zip(config.grid, pads)):
+        with simulate_test.count_compiles() as compiles:
+          rows = threshold.sweep_row(h, num_layers, d, config, padding)
+        if i:
+          self.assertEqual(compiles[0], 0, (h, num_layers, d))
+        n = bounds.random_threshold(h, num_layers, d)
+        for r in rows:
+          if r["m"] >= n:
+            self.assertLess(r["max_rel_err"], EXACT, (h, num_layers, d, r))
 
   def test_attention_maps_match_the_target(self):
     h, num_layers, d = 2, 2, 3

@@ -19,8 +19,6 @@ import dataclasses
 import time
 import warnings
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ut.core import bounds
@@ -195,11 +193,6 @@ def linear_system(
   return np.concatenate(cols, axis=1), np.concatenate(rhs, axis=1)
 
 
-@jax.jit
-def _lstsq(a, b):
-  return jnp.linalg.lstsq(a, b, rcond=None)
-
-
 def compile_random(
     ut: dict[str, np.ndarray],
     target: targets_lib.Target,
@@ -229,9 +222,11 @@ def compile_random(
         "the UT's path products overflowed (non-finite A); use a "
         "smaller L or the default N(0, 1/m) scaling"
     )
-  with jax.enable_x64(True):  # XLA's SVD is ~10x faster than numpy's here.
-    sol, _, _, sing = _lstsq(a.T, y.T)
-  embed, sing = np.asarray(sol).T, np.asarray(sing)
+  # LAPACK's SVD least squares (gelsd), as fast as XLA's on one core up to
+  # N of a few thousand, and no compile per shape (XLA compiled one per (m, N):
+  # most of the time of a small system, and of every probe of a width search).
+  sol, _, _, sing = np.linalg.lstsq(a.T, y.T, rcond=None)
+  embed = sol.T
   cond = float(sing[0] / sing[-1]) if sing[-1] > 0 else float("inf")
   rel = float(np.linalg.norm(embed @ a - y) / max(np.linalg.norm(y), 1e-300))
   exact = rel <= exact_tol

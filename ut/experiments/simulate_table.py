@@ -8,7 +8,6 @@ import os
 import time
 
 from absl import logging
-import jax
 import numpy as np
 
 from ut.core import bounds
@@ -102,21 +101,21 @@ def run_target_file(config):
   return y, report
 
 
-def table_row(num_heads, num_layers, width, config):
-  """One row of the bounds-and-errors table for a random target of (H, L, d)."""
+def table_row(num_heads, num_layers, width, config, padding=None):
+  """One row of the bounds-and-errors table for a random target of (H, L, d).
+
+  padding: the `simulate.Padding` its checks run at (rows that share one share
+  their compiled programs); None for the row's own sizes.
+  """
   start = time.perf_counter()
-  key = jax.random.PRNGKey(config.seed)
-  gens = []
-  for i in range(config.num_targets):
-    gens.append(
-        targets_lib.init(
-            jax.random.fold_in(key, i),
-            num_heads=num_heads,
-            num_layers=num_layers,
-            width=width,
-            causal=config.causal,
-        ).astype(np.float64)
-    )
+  gens = simulate.random_targets(
+      num_heads,
+      num_layers,
+      width,
+      num=config.num_targets,
+      seed=config.seed,
+      causal=config.causal,
+  )
   rng = np.random.default_rng(config.seed)
   x = rng.standard_normal(
       (config.num_targets, config.batch, config.seq_len, width)
@@ -141,6 +140,7 @@ def table_row(num_heads, num_layers, width, config):
         simulate.stack([b[1] for b in built]),
         simulate.stack(gens),
         x,
+        padding=padding,
     )
     row[f"{name}_f32_rel"] = result["float32"]["max_rel_err"]
     row[f"{name}_f64_abs"] = result["float64"]["max_abs_err"]
@@ -150,8 +150,34 @@ def table_row(num_heads, num_layers, width, config):
   return row
 
 
+def table_paddings(grid):
+  """The `simulate.Padding` of each row of the table over `grid`.
+
+  Rows of one padding share the compiled programs of their checks (the first
+  of them compiles, and its `seconds` include it); a row's UT width is the
+  wider of its sparse UT and its random one (m = N).
+  """
+  return simulate.paddings(
+      [
+          (
+              h,
+              num_layers,
+              d,
+              max(
+                  bounds.sparse_width(h, num_layers, d),
+                  bounds.random_threshold(h, num_layers, d),
+              ),
+          )
+          for h, num_layers, d in grid
+      ]
+  )
+
+
 def run_table(config, workdir):
-  """The bounds-and-errors table over config.grid; writes CSV + JSON to workdir."""
+  """The bounds-and-errors table over config.grid; writes CSV + JSON to workdir.
+
+  Its rows share compiled programs (`table_paddings`).
+  """
   targets_lib.check_grid(config.grid)
   targets_lib.check_seed(config.seed, "config.seed")
   targets_lib.check_positive(
@@ -167,9 +193,10 @@ def run_table(config, workdir):
       [csv_path, json_path, os.path.join(workdir, "simulate_table.md")],
       config.overwrite,
   )
+  pads = table_paddings(config.grid)
   rows = []
-  for i, (h, num_layers, d) in enumerate(config.grid):
-    rows.append(table_row(h, num_layers, d, config))
+  for i, ((h, num_layers, d), padding) in enumerate(zip(config.grid, pads)):
+    rows.append(table_row(h, num_layers, d, config, padding))
     logging.info(
         "row %d/%d (H=%d, L=%d, d=%d) done in %.1fs",
         i + 1,

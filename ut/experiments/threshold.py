@@ -24,7 +24,6 @@ import time
 import warnings
 
 from absl import logging
-import jax
 import jax.numpy as jnp
 from matplotlib import colors
 from matplotlib import figure as figure_lib
@@ -61,45 +60,21 @@ def widths(num_heads, num_layers, width, ratios):
 
 
 def random_targets(num_heads, num_layers, width, *, num, seed, causal=True):
-  """`num` generic float64 targets from `targets.init`, keys fold_in(seed, i)."""
-  key = jax.random.PRNGKey(seed)
-  return [
-      targets_lib.init(
-          jax.random.fold_in(key, i),
-          num_heads=num_heads,
-          num_layers=num_layers,
-          width=width,
-          causal=causal,
-      ).astype(np.float64)
-      for i in range(num)
-  ]
-
-
-def pad_width(ut, programs, width):
-  """A dense UT and its programs zero-padded from width m to `width` >= m.
-
-  The padded columns of Z stay zero in every layer, so the output is unchanged;
-  one jitted forward then serves every m of a row (no recompile per m).
-  """
-  m = ut["wq"].shape[-2]
-  pad = lambda a, axes: np.pad(
-      a, [(0, width - m) if i in axes else (0, 0) for i in range(a.ndim)]
+  """`num` generic float64 targets from `targets.init`, keys fold_in(seed, i)
+  (`simulate.random_targets`: one compiled draw for every class)."""
+  return simulate.random_targets(
+      num_heads, num_layers, width, num=num, seed=seed, causal=causal
   )
-  padded = dict(
-      wq=pad(ut["wq"], {2}),
-      wk=pad(ut["wk"], {2}),
-      wv=pad(ut["wv"], {2, 3}),
-      unembed=pad(ut["unembed"], {0}),
-  )
-  return padded, [dict(p, embed=pad(p["embed"], {1})) for p in programs]
 
 
-def point(targets, x_GxBxTxD, m, *, seed, padded_width=None):
+def point(targets, x_GxBxTxD, m, *, seed, padding=None):
   """Compiles G targets into one Gaussian UT of width m; errors per target.
 
   Returns dict(rel_errs, cond, residual), lists of G: the float64 max relative
   error of UT against target, cond(A) and the least-squares residual.
-  padded_width (>= m): run the check on the UT zero-padded to that width.
+  padding: a `simulate.Padding` (ut_width >= m) to run the check at, so that
+  one compiled program serves every m and class that fits it; None for the
+  UT's own sizes.
   """
   first = targets[0]
   ut = gaussian.make_gaussian_ut(
@@ -109,14 +84,13 @@ def point(targets, x_GxBxTxD, m, *, seed, padded_width=None):
     warnings.simplefilter("ignore")  # Below N the fit is inexact by design.
     built = [compile_lib.compile_random(ut, t) for t in targets]
   programs = [b[0] for b in built]
-  if padded_width is not None:
-    ut, programs = pad_width(ut, programs, padded_width)
   result = simulate.check(
       ut,
       simulate.stack(programs),
       simulate.stack(targets),
       x_GxBxTxD,
       dtypes=("float64",),
+      padding=padding,
   )
   y, ref = result["float64"]["output"], result["reference"]
   rel = [simulate.errors(y[g], ref[g])[1] for g in range(len(targets))]
@@ -127,8 +101,23 @@ def point(targets, x_GxBxTxD, m, *, seed, padded_width=None):
   )
 
 
-def sweep_row(num_heads, num_layers, width, config):
-  """Rows (one per m) of the threshold curve of one target class."""
+def sweep_paddings(grid, ratios):
+  """The `simulate.Padding` of each class of `grid`: classes of one padding
+  share the compiled programs of their checks, at every m of their `widths`."""
+  return simulate.paddings(
+      [
+          (h, num_layers, d, max(widths(h, num_layers, d, ratios)))
+          for h, num_layers, d in grid
+      ]
+  )
+
+
+def sweep_row(num_heads, num_layers, width, config, padding=None):
+  """Rows (one per m) of the threshold curve of one target class.
+
+  padding: the `simulate.Padding` its checks run at (default: the class's own
+  L and H, and its largest m).
+  """
   targets_lib.check_positive(H=num_heads, L=num_layers, d=width)
   n = bounds.random_threshold(num_heads, num_layers, width)
   lower = bounds.lower_bound(num_heads, num_layers)
@@ -146,9 +135,11 @@ def sweep_row(num_heads, num_layers, width, config):
   )
   rows = []
   ms = widths(num_heads, num_layers, width, config.ratios)
+  if padding is None:
+    padding = simulate.Padding(num_layers, num_heads, max(ms))
   for m in ms:
     start = time.perf_counter()
-    p = point(targets, x, m, seed=config.seed, padded_width=max(ms))
+    p = point(targets, x, m, seed=config.seed, padding=padding)
     rows.append(
         {
             "H": num_heads,
@@ -310,9 +301,10 @@ def run(config, workdir):
   paths = [os.path.join(workdir, name) for name in OUTPUTS]
   reports.refuse_existing(paths, config.overwrite)
   start = time.perf_counter()
+  pads = sweep_paddings(config.grid, config.ratios)
   rows = []
-  for i, (h, num_layers, d) in enumerate(config.grid):
-    rows.extend(sweep_row(h, num_layers, d, config))
+  for i, ((h, num_layers, d), padding) in enumerate(zip(config.grid, pads)):
+    rows.extend(sweep_row(h, num_layers, d, config, padding))
     logging.info(
         "row %d/%d (H=%d, L=%d, d=%d) done after %.1fs",
         i + 1,
