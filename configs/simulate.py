@@ -8,8 +8,9 @@ simulate_table.csv / .json with provenance into the workdir):
 Expected: sparse_m = (2L+1)d for H = 1 and d[(H^{L+1}-1)/(H-1) + H(H^L-1)/(H-1)]
 for H >= 2; min_exact_m = N; float64 errors ~1e-14 (<= 1e-9); float32 relative
 errors ~1e-6 (sparse) and up to ~1e-4 (random at m = N, where cond(A) ~ 1e2-1e4).
-Run time: 0.4 minutes on the 2-core CPU (results/reproduce.md, step simulate),
-most of it compiling; the table's `seconds` column gives each row's.
+Run time: the table's `seconds` column gives each row's; the rows share
+their compiled programs (ut.core.simulate.Padding), so the first row carries
+the compiling (`python -m benchmarks.simulate_bench` times it cold).
 
 Bring your own target (.npz format in ut/core/targets.py), X of shape (B, n, d):
 
