@@ -93,6 +93,43 @@ class KernelsTest(chex.TestCase):
       want_grads = jax.grad(loss(transformer.attention_layer), argnums)(*args)
       chex.assert_trees_all_close(got_grads, want_grads, atol=1e-10, rtol=1e-10)
 
+  @parameterized.product(
+      with_wo=(True, False), num_queries=(1, 3, 6), causal=(True, False)
+  )
+  def test_attention_layer_on_the_last_rows_matches_every_row(
+      self, with_wo, num_queries, causal
+  ):
+    """x_query, the last Q rows of x, gives those rows of the layer (the
+    causal mask shifted to their positions), gradients included, in both the
+    textbook op and the kernel."""
+    rng = np.random.default_rng(3)
+    h, t, w, k = 2, 6, 4, 5
+    wq, wk = rng.standard_normal((2, h, w, k))
+    wv = rng.standard_normal((h, w, 3 if with_wo else w))
+    wo = rng.standard_normal((h, 3, w)) if with_wo else None
+    x = rng.standard_normal((2, t, w))
+    with jax.enable_x64(True):
+      want = np_attention_layer(x, wq, wk, wv, wo, causal)[:, t - num_queries :]
+      # Not vacuous: each row differs from the one before it.
+      self.assertGreater(np.abs(np.diff(want, axis=1)).min(initial=1.0), 1e-6)
+      for fn in (transformer.attention_layer, kernels.attention_layer):
+        last = lambda x, *w: fn(
+            x, *w, causal=causal, x_query=x[:, t - num_queries :]
+        )
+        full = lambda x, *w: fn(x, *w, causal=causal)[:, t - num_queries :]
+        args = (x, wq, wk, wv) + ((wo,) if with_wo else ())
+        np.testing.assert_allclose(
+            last(*args), want, atol=F64_TOL, rtol=F64_TOL, err_msg=str(fn)
+        )
+        loss = lambda f: lambda *a: jnp.sum(jnp.sin(f(*a)))
+        argnums = tuple(range(len(args)))
+        chex.assert_trees_all_close(
+            jax.grad(loss(last), argnums)(*args),
+            jax.grad(loss(full), argnums)(*args),
+            atol=1e-10,
+            rtol=1e-10,
+        )
+
   def test_custom_vjps_match_finite_differences(self):
     rng = np.random.default_rng(1)
     with jax.enable_x64(True):

@@ -394,15 +394,19 @@ class ModelsTest(chex.TestCase):
     )
 
   @parameterized.product(
-      kind=("sparse", "random", "trained"), impl=("reference", "xla_cpu")
+      kind=("sparse", "random", "trained"),
+      impl=("reference", "xla_cpu"),
+      last_only=(False, True),
   )
-  def test_precision_reaches_every_matmul(self, kind, impl):
+  def test_precision_reaches_every_matmul(self, kind, impl, last_only):
     # On TPU/GPU a dot without it would round to bfloat16/TF32.
     spec = make_spec(kind, "res_ln_mlp", impl=impl)
     params, tokens = make_inputs(make_spec(kind, "res_ln_mlp"))
     highest = jax.lax.Precision.HIGHEST
     jaxpr = jax.make_jaxpr(
-        lambda p: models.apply(p, spec, tokens, precision=highest)
+        lambda p: models.apply(
+            p, spec, tokens, precision=highest, last_only=last_only
+        )
     )(params)
 
     def dots(jaxpr):
@@ -460,6 +464,130 @@ class ModelsTest(chex.TestCase):
       make_spec(kind, variant, **kw)
 
 
+# (num_layers, causal): one layer (the random UT's first layer, from its tables,
+# is then the last), two, and three. The last row has no mask either way, so
+# causal or not tells apart only the layers before the last.
+LAST_ONLY_SHAPES = ((1, True), (2, False), (3, True))
+LAST_ONLY_TOL = 1e-10
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def last_row_loss_and_grads(params, spec, tokens_BxT):
+  """For last_only False and True (one compile): the logits `models.apply`
+  returns, and the gradient of the last row's cross-entropy (labels: each
+  row's first token, mod C)."""
+
+  def logits_and_grads(last_only):
+    def loss(p):
+      logits = models.apply(p, spec, tokens_BxT, last_only=last_only)
+      labels_B = tokens_BxT[:, 0] % spec.num_classes
+      logp_BxC = jax.nn.log_softmax(logits[:, -1])
+      ce = -jnp.take_along_axis(logp_BxC, labels_B[:, None], -1).sum()
+      return ce, logits
+
+    (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    return logits, grads
+
+  return {last_only: logits_and_grads(last_only) for last_only in (0, 1)}
+
+
+def dot_flops(jaxpr):
+  """2 x multiply-adds of every dot_general in a jaxpr, nested ones included."""
+  total = 0
+  for e in jaxpr.eqns:
+    if e.primitive.name == "dot_general":
+      (lhs_contract, _), _ = e.params["dimension_numbers"]
+      lhs = e.invars[0].aval.shape
+      total += (
+          2
+          * np.prod(e.outvars[0].aval.shape)
+          * np.prod([lhs[i] for i in lhs_contract])
+      )
+    for sub in jax.extend.core.jaxprs_in_params(e.params):
+      total += dot_flops(sub)
+  return total
+
+
+class LastOnlyTest(parameterized.TestCase):
+  """apply(..., last_only=True) is apply(...)[:, -1:], gradients included."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.enterClassContext(xla_settings.fast_compile())
+
+  @parameterized.named_parameters(*COMBOS)
+  def test_last_only_matches_the_last_row_with_gradients(self, kind, variant):
+    """Both implementations, float64, one to three layers, causal and not:
+    the last row's logits and the gradients of its cross-entropy w.r.t. the
+    trainable parameters."""
+    for (num_layers, causal), impl in itertools.product(
+        LAST_ONLY_SHAPES, ("reference", "xla_cpu")
+    ):
+      spec = make_spec(
+          kind, variant, num_layers=num_layers, causal=causal, impl=impl
+      )
+      params, tokens = make_inputs(
+          dataclasses.replace(spec, impl="auto"), seed=num_layers
+      )
+      msg = f"{impl} num_layers={num_layers} causal={causal}"
+      with jax.enable_x64(True):
+        p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+        out = last_row_loss_and_grads(p64, spec, tokens)
+      (full, want_grads), (got, grads) = out[0], out[1]
+      chex.assert_shape(full, (B, T, CLASSES))
+      chex.assert_shape(got, (B, 1, CLASSES))
+      # Not vacuous: another row's logits, or the last row without the
+      # earlier positions' keys and values, would not pass.
+      self.assertGreater(np.abs(full[:, -1] - full[:, -2]).max(), 1e-3, msg)
+      self.assertGreater(
+          np.abs(want_grads["embed"]["position"][0]).max(), 1e-6, msg
+      )
+      np.testing.assert_allclose(
+          got, full[:, -1:], atol=LAST_ONLY_TOL, rtol=LAST_ONLY_TOL, err_msg=msg
+      )
+      labels = models.labels(params, spec)
+      for (path, g), w, label in zip(
+          jax.tree_util.tree_leaves_with_path(grads),
+          jax.tree.leaves(want_grads),
+          jax.tree.leaves(labels),
+      ):
+        if label == "train":
+          scale = np.abs(w).max()
+          np.testing.assert_allclose(
+              g,
+              w,
+              atol=LAST_ONLY_TOL * scale,
+              rtol=LAST_ONLY_TOL,
+              err_msg=f"{msg} {jax.tree_util.keystr(path)}",
+          )
+
+  @parameterized.product(
+      kind=models.KINDS, impl=("reference", "xla_cpu"), num_layers=(1, 2)
+  )
+  def test_last_only_skips_the_last_layers_other_rows(
+      self, kind, impl, num_layers
+  ):
+    """The forward's matmuls with last_only do at most the full forward's
+    minus what the last layer's queries, MLP and unembedding cost on the
+    other T - 1 rows (not counted: attention and values, which vary)."""
+    spec = make_spec(kind, "res_ln_mlp", num_layers=num_layers, impl=impl)
+    params, tokens = make_inputs(dataclasses.replace(spec, impl="auto"))
+    flops = {
+        last_only: dot_flops(
+            jax.make_jaxpr(
+                lambda p, last_only=last_only: models.apply(
+                    p, spec, tokens, last_only=last_only
+                )
+            )(params).jaxpr
+        )
+        for last_only in (False, True)
+    }
+    m, f = spec.model_width, spec.mlp_hidden_width
+    per_row = 2 * m * (2 * f + CLASSES)  # MLP and unembedding.
+    self.assertLessEqual(flops[True], flops[False] - B * (T - 1) * per_row)
+
+
 class ImplConfigTest(parameterized.TestCase):
 
   def test_config_impl_reaches_the_spec_and_old_runs_read_as_auto(self):
@@ -501,6 +629,14 @@ class SparseRouteLayerTest(chex.TestCase):
     got = route(ut, jnp.asarray(z, jnp.float32))
     chex.assert_shape(got, z.shape)
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, rtol=0)
+    for q in (1, 3):  # Only the last q rows' queries (keys: every row).
+      got_q = route(
+          ut, jnp.asarray(z, jnp.float32), z_query=jnp.asarray(z[:, -q:])
+      )
+      chex.assert_shape(got_q, (z.shape[0], q, ut.m))
+      np.testing.assert_allclose(
+          np.asarray(got_q), want[:, -q:], atol=1e-5, rtol=0
+      )
     # Not vacuous: the layer moves mass between blocks (it is not the identity
     # or zero), so a wrong routing table would show.
     self.assertGreater(np.abs(want).max(), 0.1)

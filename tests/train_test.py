@@ -6,6 +6,7 @@ SIGKILL in the middle of a run followed by a resume.
 """
 
 import csv
+import dataclasses
 import glob
 import json
 import os
@@ -246,6 +247,33 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertAlmostEqual(float(schedule(5)), 0.25)
     for step in (10, 50, 99, 1000):
       self.assertAlmostEqual(float(schedule(step)), 0.5)
+
+  @parameterized.parameters("sparse", "random", "trained")
+  def test_dyck_loss_reads_the_last_position_only(self, kind):
+    """Dyck's spec computes the last position only (TaskInfo.labels_last_only);
+    its loss, counts and gradients equal those of the full forward."""
+    config = smoke_config(arg=f"model={kind},variant=res_ln_mlp")
+    task = data_lib.make_task(config)
+    spec = train.model_spec(config, task.info)
+    self.assertTrue(spec.last_only)
+    self.assertFalse(
+        train.model_spec(
+            smoke_config("khop"), data_lib.make_task(smoke_config("khop")).info
+        ).last_only
+    )
+    full = dataclasses.replace(spec, last_only=False)
+    params = train.init_state(config, spec)[0].params
+    batch = train.train_batch(config, task, 0)
+    grad = lambda s: jax.grad(lambda p: train.loss_and_metrics(p, s, batch)[0])(
+        params
+    )
+    got, want = (
+        train.loss_and_metrics(params, s, batch)[1] for s in (spec, full)
+    )
+    np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5)
+    self.assertEqual(int(got["correct"]), int(want["correct"]))
+    self.assertEqual(int(got["count"]), int(want["count"]))
+    chex.assert_trees_all_close(grad(spec), grad(full), rtol=2e-4, atol=1e-6)
 
   def test_frozen_leaves_are_bit_identical_after_training(self):
     config = smoke_config(arg="model=random,variant=res_ln_mlp")

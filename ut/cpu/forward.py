@@ -27,10 +27,13 @@ from ut.core.constructions import sparse
 from ut.cpu import kernels
 
 
-def apply(params, spec, tokens_BxT, precision=None):
-  """Logits (B, T, C) for token ids (B, T)."""
+def apply(params, spec, tokens_BxT, precision=None, last_only=False):
+  """Logits (B, T, C) for token ids (B, T); with last_only, (B, 1, C), the
+  last row's, with the last layer's queries, attention output, residual, MLP
+  and unembedding computed for that row alone (its keys and values from every
+  row; the last row sees every position, so it has no causal mask)."""
   if spec.kind == "sparse":
-    return _apply_sparse(params, spec, tokens_BxT, precision)
+    return _apply_sparse(params, spec, tokens_BxT, precision, last_only)
   t = tokens_BxT.shape[1]
   z = (
       kernels.token_embed(tokens_BxT, params["embed"]["token"], precision)
@@ -38,15 +41,20 @@ def apply(params, spec, tokens_BxT, precision=None):
   )
   ln = spec.variant != "attn"
   for layer in range(spec.num_layers):
+    last = last_only and layer == spec.num_layers - 1
     if layer == 0 and spec.kind == "random":
-      a = _random_first_layer(params, spec, tokens_BxT, z, precision)
+      a = _random_first_layer(params, spec, tokens_BxT, z, precision, last)
     else:
+      x = kernels.layer_norm(z) if ln else z
       a = kernels.attention_layer(
-          kernels.layer_norm(z) if ln else z,
+          x,
           *transformer.layer_params(params["layers"], layer),
           causal=spec.causal,
           precision=precision,
+          x_query=x[:, -1:] if last else None,
       )
+    if last:
+      z = z[:, -1:]
     z = z + a if spec.residual else a
     if spec.variant == "res_ln_mlp":
       mlp = jax.tree.map(lambda w: w[layer], params["mlp"])
@@ -64,8 +72,11 @@ def apply(params, spec, tokens_BxT, precision=None):
   return kernels.unembed(z, params["unembed"], precision)
 
 
-def _random_first_layer(params, spec, tokens_BxT, z_BxTxM, precision):
-  """Layer 1 of the random UT (no residual), from the tables.
+def _random_first_layer(
+    params, spec, tokens_BxT, z_BxTxM, precision, last_only=False
+):
+  """Layer 1 of the random UT (no residual), from the tables; with last_only
+  (a one-layer UT's last layer) the last row's only, (B, 1, M).
 
   Its input z = E_tok[x] + E_pos[t] has V + T distinct rows. With
   P_h = E_pos wv_h and R_h = E_tok wv_h,
@@ -80,15 +91,22 @@ def _random_first_layer(params, spec, tokens_BxT, z_BxTxM, precision):
   ones, and the position table's gradient is a matmul, not a reduce over the
   batch.
   """
-  b, t = tokens_BxT.shape
+  b, s = tokens_BxT.shape
   v = spec.vocab_size
   wq, wk, wv, _ = transformer.layer_params(params["layers"], 0)
   ln = spec.variant != "attn"
   stats = kernels.level_stats([z_BxTxM]) if ln else None
   x_BxTxM = (z_BxTxM - stats[0]) * stats[1] if ln else z_BxTxM
+  # T query rows (1 with last_only) against S = every row's keys and values.
   a_BxHxTxS = kernels.attention_maps(
-      x_BxTxM, wq, wk, causal=spec.causal, precision=precision
+      x_BxTxM,
+      wq,
+      wk,
+      causal=spec.causal,
+      precision=precision,
+      x_query=x_BxTxM[:, -1:] if last_only else None,
   )
+  t = a_BxHxTxS.shape[2]
   cols_BxSxV = jax.nn.one_hot(tokens_BxT, v, dtype=z_BxTxM.dtype)
   rows_HxVxM = jnp.einsum(
       "vm,hmn->hvn", params["embed"]["token"], wv, precision=precision
@@ -99,7 +117,7 @@ def _random_first_layer(params, spec, tokens_BxT, z_BxTxM, precision):
     cols_BxSxV = jnp.concatenate([cols_BxSxV, mean_BxSx1], axis=-1)
     rows_HxVxM = jnp.concatenate([rows_HxVxM, -wv.sum(1)[:, None]], axis=1)
   pos_HxSxM = jnp.einsum(
-      "sm,hmn->hsn", params["embed"]["position"][:t], wv, precision=precision
+      "sm,hmn->hsn", params["embed"]["position"][:s], wv, precision=precision
   )
   c_BxTxHxV = jnp.einsum(
       "bhts,bsv->bthv", a_BxHxTxS, cols_BxSxV, precision=precision
@@ -125,7 +143,9 @@ def _levels(ut, w, axis=-1):
   ]
 
 
-def _route_levels(ut, levels, *, causal, precision, stats=None):
+def _route_levels(
+    ut, levels, *, causal, precision, stats=None, last_only=False
+):
   """`sparse.route_levels` with the kernels, and LayerNorm folded in.
 
   The same routing (`sparse.root_queries_keys`, `sparse.children_by_head`),
@@ -133,14 +153,20 @@ def _route_levels(ut, levels, *, causal, precision, stats=None):
   level is one batched matmul against its (B, T H, F_j / H) reshape. With
   stats = (mean, inv) from `kernels.level_stats` it routes the LayerNorm of the
   levels without forming it: A LN(z) = (A diag(inv)) z - A (mean inv) 1^T.
+  With last_only only the last row's queries attend (to every row): the new
+  levels are (B, 1, F_j).
   """
   h = ut.num_heads
   b, t = levels[0].shape[:2]
   root = levels[0] if stats is None else (levels[0] - stats[0]) * stats[1]
-  a_BxHxTxT = kernels.attention_weights(
-      *sparse.root_queries_keys(ut, root), causal=causal, precision=precision
+  q_BxHxQxd, k_BxHxTxd = sparse.root_queries_keys(ut, root)
+  if last_only:
+    q_BxHxQxd = q_BxHxQxd[:, :, -1:]
+  a_BxHxQxT = kernels.attention_weights(
+      q_BxHxQxd, k_BxHxTxd, causal=causal, precision=precision
   )
-  a_BxTxTxH = a_BxHxTxT.transpose(0, 2, 3, 1)
+  q = a_BxHxQxT.shape[2]
+  a_BxTxTxH = a_BxHxQxT.transpose(0, 2, 3, 1)  # T: the Q query rows.
   shift_BxTx1 = 0.0
   if stats is not None:
     mean_BxTx1, inv_BxTx1 = stats
@@ -154,7 +180,7 @@ def _route_levels(ut, levels, *, causal, precision, stats=None):
   routed = [j for j in range(ut.num_layers) if levels[j + 1] is not None]
   # Split, then merge: a reshape that does both fails on sharded (swept) runs.
   out = kernels.batched_matmul(
-      a_BxTxTxH.reshape(b, t, t * h),
+      a_BxTxTxH.reshape(b, q, t * h),
       [
           sparse.children_by_head(levels[j + 1], h).reshape(b, t * h, -1)
           for j in routed
@@ -188,14 +214,15 @@ def _mlp(mlp, levels, precision):
   return jnp.split(z, np.cumsum([zj.shape[-1] for zj in levels])[:-1], axis=-1)
 
 
-def _apply_sparse(params, spec, tokens_BxT, precision):
+def _apply_sparse(params, spec, tokens_BxT, precision, last_only=False):
   """`apply` for the sparse kind with the state kept as one array per level.
 
   No m-wide array is sliced or concatenated per layer, and in the block order
   of `sparse` routing moves no data but the matmuls'. The parameter-free
   LayerNorm is folded into what reads it (`_route_levels`,
   `kernels.normed_matmul`): no normalised copy of the m-wide state is formed
-  (the sparse step is memory-bound).
+  (the sparse step is memory-bound). With last_only the last layer routes
+  into the last row alone, and each level keeps that row from there on.
   """
   ut = spec.sparse_ut
   h = ut.num_heads
@@ -209,13 +236,17 @@ def _apply_sparse(params, spec, tokens_BxT, precision):
   ]
   ln = spec.variant != "attn"
   for layer in range(spec.num_layers):
+    last = last_only and layer == spec.num_layers - 1
     new = _route_levels(
         ut,
         z,
         causal=spec.causal,
         precision=precision,
         stats=kernels.level_stats(z) if ln else None,
+        last_only=last,
     )
+    if last:
+      z = [None if zj is None else zj[:, -1:] for zj in z]
     if spec.residual:
       z = [
           zj if n is None else zj + sparse.pad_roles(n, zj.shape[-1], h**j)

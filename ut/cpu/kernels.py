@@ -16,6 +16,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ut.core import transformer
+
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
@@ -101,23 +103,39 @@ def _softmax_bwd(y, g):
 softmax.defvjp(_softmax_fwd, _softmax_bwd)
 
 
-def attention_weights(q_BxHxTxK, k_BxHxTxK, *, causal, precision=HIGHEST):
-  """`transformer.attention_weights` with `batched_matmul` and `softmax`."""
-  scale = 1.0 / jnp.sqrt(jnp.asarray(q_BxHxTxK.shape[-1], q_BxHxTxK.dtype))
-  s_BxHxTxT = (
-      batched_matmul(q_BxHxTxK, k_BxHxTxK.swapaxes(-1, -2), precision) * scale
+def attention_weights(q_BxHxQxK, k_BxHxTxK, *, causal, precision=HIGHEST):
+  """`transformer.attention_weights` with `batched_matmul` and `softmax`: the
+  Q queries are the last Q of the T positions, (B, H, Q, T)."""
+  scale = 1.0 / jnp.sqrt(jnp.asarray(q_BxHxQxK.shape[-1], q_BxHxQxK.dtype))
+  s_BxHxQxT = (
+      batched_matmul(q_BxHxQxK, k_BxHxTxK.swapaxes(-1, -2), precision) * scale
   )
-  if causal:
-    t = s_BxHxTxT.shape[-1]
-    mask_TxT = jnp.tril(jnp.ones((t, t), dtype=bool))
-    s_BxHxTxT = jnp.where(
-        mask_TxT[None, None], s_BxHxTxT, jnp.finfo(s_BxHxTxT.dtype).min
+  mask_QxT = transformer.causal_mask(*s_BxHxQxT.shape[-2:]) if causal else None
+  if mask_QxT is not None:
+    s_BxHxQxT = jnp.where(
+        mask_QxT[None, None], s_BxHxQxT, jnp.finfo(s_BxHxQxT.dtype).min
     )
-  return softmax(s_BxHxTxT)
+  return softmax(s_BxHxQxT)
 
 
-def attention_maps(x_BxTxW, wq_HxWxK, wk_HxWxK, *, causal, precision=HIGHEST):
-  """`transformer.attention_maps`, Q and K of every head from one matmul."""
+def attention_maps(
+    x_BxTxW, wq_HxWxK, wk_HxWxK, *, causal, precision=HIGHEST, x_query=None
+):
+  """`transformer.attention_maps`, Q and K of every head from one matmul (with
+  x_query (B, Q, W), the last Q rows of x: Q from its rows, (B, H, Q, T))."""
+  if x_query is not None:
+    q_BxQxHxK = jnp.einsum(
+        "btw,hwk->bthk", x_query, wq_HxWxK, precision=precision
+    )
+    k_BxTxHxK = jnp.einsum(
+        "btw,hwk->bthk", x_BxTxW, wk_HxWxK, precision=precision
+    )
+    return attention_weights(
+        q_BxQxHxK.transpose(0, 2, 1, 3),
+        k_BxTxHxK.transpose(0, 2, 1, 3),
+        causal=causal,
+        precision=precision,
+    )
   wqk_Wx2xHxK = jnp.stack([wq_HxWxK, wk_HxWxK]).transpose(2, 0, 1, 3)
   qk_BxTx2xHxK = jnp.einsum(
       "btw,wchk->btchk", x_BxTxW, wqk_Wx2xHxK, precision=precision
@@ -138,28 +156,43 @@ def attention_layer(
     *,
     causal,
     precision=HIGHEST,
+    x_query=None,
 ):
   """`transformer.attention_layer` laid out so that no (B, H, T, W) array is
   transposed.
 
   Q and K of every head come from one matmul, and without wo (a UT: V = W)
   sum_h (A_h X) wv_h is one batched matmul with rows (t, h) and one matmul
-  contracting (h, w).
+  contracting (h, w). With x_query (B, Q, W), the last Q rows of x, only
+  their rows, (B, Q, W), and always as (A_h X) wv_h [wo_h]: the values of
+  every row are never formed.
   """
-  a_BxHxTxT = attention_maps(
-      x_BxTxW, wq_HxWxK, wk_HxWxK, causal=causal, precision=precision
+  a_BxHxQxT = attention_maps(
+      x_BxTxW,
+      wq_HxWxK,
+      wk_HxWxK,
+      causal=causal,
+      precision=precision,
+      x_query=x_query,
   )
-  if wo_HxVxW is None and wv_HxWxV.shape[-1] == x_BxTxW.shape[-1]:
-    b, t, w = x_BxTxW.shape
-    h = wv_HxWxV.shape[0]
-    a_BxTHxT = a_BxHxTxT.transpose(0, 2, 1, 3).reshape(b, t * h, t)
-    ax_BxTHxW = batched_matmul(a_BxTHxT, x_BxTxW, precision)
-    return jnp.einsum(
-        "bthw,hwv->btv",
-        ax_BxTHxW.reshape(b, t, h, w),
-        wv_HxWxV,
-        precision=precision,
+  if x_query is not None or (
+      wo_HxVxW is None and wv_HxWxV.shape[-1] == x_BxTxW.shape[-1]
+  ):
+    b, q, t = a_BxHxQxT.shape[0], a_BxHxQxT.shape[2], x_BxTxW.shape[1]
+    h, w = wv_HxWxV.shape[0], x_BxTxW.shape[-1]
+    a_BxQHxT = a_BxHxQxT.transpose(0, 2, 1, 3).reshape(b, q * h, t)
+    ax_BxQxHxW = batched_matmul(a_BxQHxT, x_BxTxW, precision).reshape(
+        b, q, h, w
     )
+    if wo_HxVxW is None:
+      return jnp.einsum(
+          "bthw,hwv->btv", ax_BxQxHxW, wv_HxWxV, precision=precision
+      )
+    o_BxQxHxV = jnp.einsum(
+        "bthw,hwv->bthv", ax_BxQxHxW, wv_HxWxV, precision=precision
+    )
+    return jnp.einsum("bthv,hvw->btw", o_BxQxHxV, wo_HxVxW, precision=precision)
+  a_BxHxTxT = a_BxHxQxT
   v_BxHxTxV = jnp.einsum(
       "btw,hwv->bhtv", x_BxTxW, wv_HxWxV, precision=precision
   )

@@ -31,6 +31,9 @@ class TaskInfo:
   vocab_size: int
   max_len: int
   num_classes: int
+  # Every label sits at the last position (Dyck's '?' query): training and
+  # held-out scoring need the last position's logits only.
+  labels_last_only: bool = False
 
 
 class Dyck:
@@ -52,7 +55,12 @@ class Dyck:
     if cfg.mix not in dyck.MIXES:
       raise UserError(f"unknown Dyck mix {cfg.mix!r}; use one of {dyck.MIXES}")
     self.cfg = cfg
-    self.info = TaskInfo(dyck.VOCAB_SIZE, cfg.max_len + 1, dyck.NUM_CLASSES)
+    self.info = TaskInfo(
+        dyck.VOCAB_SIZE,
+        cfg.max_len + 1,
+        dyck.NUM_CLASSES,
+        labels_last_only=True,
+    )
     self.sets = {}
     for split, stream in self.SPLITS.items():
       num, seed = cfg.get(f"{split}_num", 0), cfg.get(f"{split}_seed", 0)

@@ -71,6 +71,9 @@ class ModelSpec:
   shared: bool = False  # random: one set of weights for every layer.
   embed_scale: float = 1.0  # Std of E's initial entries (token and position).
   impl: str = "auto"  # "reference", "xla_cpu", or "auto" (by backend).
+  # The loss reads the last position only (`apply(..., last_only=True)`):
+  # for tasks whose labels all sit there (TaskInfo.labels_last_only).
+  last_only: bool = False
 
   def __post_init__(self):
     if self.kind not in KINDS:
@@ -259,17 +262,23 @@ def embed(params, tokens_BxT):
   )
 
 
-def attention(params, spec, z_BxTxM, layer, precision=None):
-  """One attention layer (no residual) of the configured kind."""
+def attention(params, spec, z_BxTxM, layer, precision=None, z_query=None):
+  """One attention layer (no residual) of the configured kind, (B, T, M); with
+  z_query (B, Q, M), the last Q rows of z, only theirs, (B, Q, M)."""
   if spec.kind == "sparse":
     return sparse.route_layer(
-        spec.sparse_ut, z_BxTxM, causal=spec.causal, precision=precision
+        spec.sparse_ut,
+        z_BxTxM,
+        causal=spec.causal,
+        precision=precision,
+        z_query=z_query,
     )
   return transformer.attention_layer(
       z_BxTxM,
       *transformer.layer_params(params["layers"], layer),
       causal=spec.causal,
       precision=precision,
+      x_query=z_query,
   )
 
 
@@ -286,20 +295,35 @@ def mlp(params, z_BxTxM, layer, precision=None):
   )
 
 
-def apply(params, spec, tokens_BxT, precision=None):
+def apply(params, spec, tokens_BxT, precision=None, last_only=False):
   """Logits (B, T, C) for token ids (B, T), by the implementation spec.impl
-  selects: the textbook computation below, or `ut.cpu.forward.apply`."""
+  selects: the textbook computation below, or `ut.cpu.forward.apply`.
+
+  last_only=True returns the last position's logits only, (B, 1, C): the
+  same values as apply(...)[:, -1:] (up to float rounding), for a loss on the
+  last position alone (Dyck's '?' query). Every layer but the last runs on
+  every row (its rows are the next layer's keys and values); the last layer
+  computes its queries, attention, residual, MLP, final LayerNorm and
+  unembedding for the last row only, its keys and values still from every
+  row. The last row sees every position, so no causal mask applies to it.
+  """
   if tokens_BxT.shape[1] > spec.max_len:
     raise UserError(
         f"sequence length {tokens_BxT.shape[1]} exceeds the model's "
         f"position table ({spec.max_len})"
     )
   if resolve_impl(spec.impl) == "xla_cpu":
-    return cpu_forward.apply(params, spec, tokens_BxT, precision)
+    return cpu_forward.apply(
+        params, spec, tokens_BxT, precision, last_only=last_only
+    )
   ln = spec.variant != "attn"
   z = embed(params, tokens_BxT)
   for layer in range(spec.num_layers):
-    a = attention(params, spec, layer_norm(z) if ln else z, layer, precision)
+    x = layer_norm(z) if ln else z
+    if last_only and layer == spec.num_layers - 1:
+      z, a = z[:, -1:], attention(params, spec, x, layer, precision, x[:, -1:])
+    else:
+      a = attention(params, spec, x, layer, precision)
     z = z + a if spec.residual else a
     if spec.variant == "res_ln_mlp":
       z = z + mlp(params, layer_norm(z), layer, precision)

@@ -64,6 +64,7 @@ def model_spec(config, task_info):
       shared=mc.shared,
       embed_scale=mc.get("embed_scale", 1.0),
       impl=mc.get("impl", "auto"),
+      last_only=task_info.labels_last_only,
   )
 
 
@@ -149,14 +150,16 @@ def loss_and_metrics(params, spec, batch, mean=True):
   mean=False returns the sum instead of the mean, and the number of labelled
   positions as metrics['labelled'] (microbatches are added up in `train_step`).
   """
-  logits = models.apply(params, spec, batch["tokens"])
-  labels = batch["labels"]
+  logits = models.apply(params, spec, batch["tokens"], last_only=spec.last_only)
+  labels, scored = batch["labels"], batch["mask"]
+  if spec.last_only:  # Labels elsewhere are -1 and unscored (TaskInfo).
+    labels, scored = labels[:, -1:], scored[:, -1:]
   valid = labels >= 0
   ce = optax.softmax_cross_entropy_with_integer_labels(
       logits, jnp.maximum(labels, 0)
   )
-  correct = (jnp.argmax(logits, -1) == labels) & batch["mask"]
-  metrics = dict(correct=jnp.sum(correct), count=jnp.sum(batch["mask"]))
+  correct = (jnp.argmax(logits, -1) == labels) & scored
+  metrics = dict(correct=jnp.sum(correct), count=jnp.sum(scored))
   if not mean:
     return jnp.sum(ce * valid), dict(metrics, labelled=jnp.sum(valid))
   loss = jnp.sum(ce * valid) / jnp.maximum(jnp.sum(valid), 1)

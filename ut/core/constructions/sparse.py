@@ -27,6 +27,7 @@ oracle).
 """
 
 import itertools
+from typing import Optional
 
 import flax.struct
 import jax
@@ -161,10 +162,18 @@ def root_attention(
     *,
     causal: bool,
     precision=transformer.HIGHEST,
+    query0: Optional[jax.Array] = None,
 ) -> jax.Array:
-  """A_h for every head from the root blocks: (B, H, T, T)."""
+  """A_h for every head from the root blocks: (B, H, T, T).
+
+  With query0 (B, Q, F_0), level 0 of the last Q rows, the queries are its
+  rows (keys are still every row's): (B, H, Q, T).
+  """
+  q_BxHxTxd, k_BxHxTxd = root_queries_keys(ut, level0_BxTxF)
+  if query0 is not None:
+    q_BxHxTxd = root_queries_keys(ut, query0)[0]
   return transformer.attention_weights(
-      *root_queries_keys(ut, level0_BxTxF), causal=causal, precision=precision
+      q_BxHxTxd, k_BxHxTxd, causal=causal, precision=precision
   )
 
 
@@ -188,7 +197,12 @@ def pad_roles(n_BxTxF: jax.Array, size: int, strings: int) -> jax.Array:
 
 
 def route_levels(
-    ut: SparseUT, levels: list, *, causal: bool, precision=transformer.HIGHEST
+    ut: SparseUT,
+    levels: list,
+    *,
+    causal: bool,
+    precision=transformer.HIGHEST,
+    query0: Optional[jax.Array] = None,
 ) -> list:
   """One UT layer without residual: sum_h A_h Z R_V[h], on per-level arrays.
 
@@ -197,10 +211,14 @@ def route_levels(
   F_j = roles * H^j * d, the rest being known zero: the leaves have no query
   blocks, so what is routed out of the deepest level is the state role alone,
   and it is kept that narrow (no zero columns are routed; `pad_roles` widens
-  it). Returns the new levels, None where nothing is routed.
+  it). Returns the new levels, None where nothing is routed. With query0
+  (B, Q, F_0), level 0 of the last Q rows, only those Q rows are computed
+  (their queries attend to every row's keys and values): (B, Q, F_j).
   """
   h = ut.num_heads
-  a_BxHxTxT = root_attention(ut, levels[0], causal=causal, precision=precision)
+  a_BxHxTxT = root_attention(
+      ut, levels[0], causal=causal, precision=precision, query0=query0
+  )
   new = []
   for j in range(ut.num_layers):
     if levels[j + 1] is None:  # Known zero: nothing to route.
@@ -251,14 +269,25 @@ def route_layer(
     *,
     causal: bool,
     precision=transformer.HIGHEST,
+    z_query: Optional[jax.Array] = None,
 ) -> jax.Array:
-  """One UT attention layer on a flat state: sum_h A_h Z R_V[h], (B, T, m)."""
+  """One UT attention layer on a flat state: sum_h A_h Z R_V[h], (B, T, m).
+
+  With z_query (B, Q, m), the last Q rows of z, only their rows: (B, Q, m).
+  """
   h = ut.num_heads
-  levels = [z_BxTxM[..., s] for s in level_slices(ut)]
-  new = route_levels(ut, levels, causal=causal, precision=precision)
+  slices = level_slices(ut)
+  levels = [z_BxTxM[..., s] for s in slices]
+  query0 = None if z_query is None else z_query[..., slices[0]]
+  new = route_levels(
+      ut, levels, causal=causal, precision=precision, query0=query0
+  )
+  q = z_BxTxM.shape[1] if z_query is None else z_query.shape[1]
   return jnp.concatenate(
       [
-          jnp.zeros_like(z) if n is None else pad_roles(n, z.shape[-1], h**j)
+          jnp.zeros_like(z[:, z.shape[1] - q :])
+          if n is None
+          else pad_roles(n, z.shape[-1], h**j)
           for j, (z, n) in enumerate(zip(levels, new))
       ],
       axis=-1,
