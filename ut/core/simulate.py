@@ -143,7 +143,7 @@ def forward_padded(params, x_BxTxD, num_layers, scale, *, causal, residual):
   repeated L' deep). The first `num_layers` (an int array) run; the others are
   computed and dropped (a select: exact). Scores are scaled by `scale` (an
   array, `head_scale` of the unpadded head width), not by 1/sqrt of the padded
-  one; otherwise a layer is `transformer.attention_layer`. So one compiled
+  one (`transformer.attention_layer`'s `scale`). So one compiled
   program serves every L <= L' and every width that pads to params'. Returns
   (B, T, O).
   """
@@ -154,28 +154,9 @@ def forward_padded(params, x_BxTxD, num_layers, scale, *, causal, residual):
 
   def layer(x, weights):
     index, wq, wk, wv, wo = weights
-    q_BxHxTxK = jnp.einsum("btw,hwk->bhtk", x, wq, precision=hi)
-    k_BxHxTxK = jnp.einsum("btw,hwk->bhtk", x, wk, precision=hi)
-    s_BxHxTxT = (
-        jnp.einsum("bhtk,bhsk->bhts", q_BxHxTxK, k_BxHxTxK, precision=hi)
-        * scale
+    out = transformer.attention_layer(
+        x, wq, wk, wv, wo, causal=causal, precision=hi, scale=scale
     )
-    if causal:
-      t = s_BxHxTxT.shape[-1]
-      s_BxHxTxT = jnp.where(
-          jnp.tril(jnp.ones((t, t), dtype=bool))[None, None],
-          s_BxHxTxT,
-          jnp.finfo(s_BxHxTxT.dtype).min,
-      )
-    a_BxHxTxT = jax.nn.softmax(s_BxHxTxT, axis=-1)
-    v_BxHxTxV = jnp.einsum("btw,hwv->bhtv", x, wv, precision=hi)
-    o_BxHxTxV = jnp.einsum(
-        "bhts,bhsv->bhtv", a_BxHxTxT, v_BxHxTxV, precision=hi
-    )
-    if wo is None:
-      out = o_BxHxTxV.sum(axis=1)
-    else:
-      out = jnp.einsum("bhtv,hvw->btw", o_BxHxTxV, wo, precision=hi)
     return jnp.where(index < num_layers, x + out if residual else out, x), None
 
   stack = (params["wq"], params["wk"], params["wv"], params.get("wo"))

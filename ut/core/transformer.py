@@ -47,12 +47,16 @@ def attention_weights(
     *,
     causal: bool,
     precision=HIGHEST,
+    scale: Optional[jax.Array] = None,
 ) -> jax.Array:
   """Row-softmax of q k^T / sqrt(K), with an optional causal mask: (B, H, Q, T).
 
-  The Q queries are the last Q of the T positions (Q = T: every row).
+  The Q queries are the last Q of the T positions (Q = T: every row). scale
+  replaces 1/sqrt(K) (zero-padded heads keep their unpadded K's:
+  `ut.core.simulate.forward_padded`).
   """
-  scale = 1.0 / jnp.sqrt(jnp.asarray(q_BxHxQxK.shape[-1], q_BxHxQxK.dtype))
+  if scale is None:
+    scale = 1.0 / jnp.sqrt(jnp.asarray(q_BxHxQxK.shape[-1], q_BxHxQxK.dtype))
   s_BxHxQxT = (
       jnp.einsum("bhtk,bhsk->bhts", q_BxHxQxK, k_BxHxTxK, precision=precision)
       * scale
@@ -73,9 +77,10 @@ def attention_maps(
     causal: bool,
     precision=HIGHEST,
     x_query: Optional[jax.Array] = None,
+    scale: Optional[jax.Array] = None,
 ) -> jax.Array:
   """A_h for every head, (B, H, T, T); (B, H, Q, T) for the Q rows of x_query
-  (B, Q, W), the last Q rows of x."""
+  (B, Q, W), the last Q rows of x. scale: as in `attention_weights`."""
   x_BxQxW = x_BxTxW if x_query is None else x_query
   q_BxHxQxK = jnp.einsum(
       "btw,hwk->bhtk", x_BxQxW, wq_HxWxK, precision=precision
@@ -84,7 +89,7 @@ def attention_maps(
       "btw,hwk->bhtk", x_BxTxW, wk_HxWxK, precision=precision
   )
   return attention_weights(
-      q_BxHxQxK, k_BxHxTxK, causal=causal, precision=precision
+      q_BxHxQxK, k_BxHxTxK, causal=causal, precision=precision, scale=scale
   )
 
 
@@ -98,6 +103,7 @@ def attention_layer(
     causal: bool,
     precision=HIGHEST,
     x_query: Optional[jax.Array] = None,
+    scale: Optional[jax.Array] = None,
 ) -> jax.Array:
   """Sum over heads of A_h X wv_h wo_h (no residual), (B, T, W).
 
@@ -113,6 +119,7 @@ def attention_layer(
       causal=causal,
       precision=precision,
       x_query=x_query,
+      scale=scale,
   )
   if x_query is not None:
     ax_BxHxQxW = jnp.einsum(
