@@ -35,7 +35,7 @@ def sweep(add, arg=None):
     if "m=512" in row:
       continue
     kind = dyck_table._field(row, "model")  # pylint: disable=protected-access
-    for lr in LRS[kind]:
+    for lr in LRS[kind][:2] if args["smoke"] else LRS[kind]:
       run = f"{row},mix=za,seed={VALIDATION_SEED}" + (
           ",smoke" if args["smoke"] else ""
       )

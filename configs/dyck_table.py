@@ -4,8 +4,10 @@ r"""The Dyck-1 table: the paper's rows (ROWS), mixes `za` and `hard`, 3 seeds ea
   python -m launch.sweep --config=configs/dyck_table.py:mixes=za,seeds=5 --workdir=W
   python -m launch.sweep --config=configs/dyck_table.py:smoke --workdir=/tmp/t  # CI size
 
-Each run is configs/dyck.py with the run's arguments; see its docstring for every
-choice we made where the paper is silent. Every run of a mix is scored on the
+Each run is configs/dyck.py with the run's arguments and the learning rate
+configs/dyck_select.py chose for its row (run it first, into
+results/dyck_select); see configs/dyck.py's docstring for every choice we made
+where the paper is silent. Every run of a mix is scored on the
 same fixed validation set (eval_accuracy) and test set, neither ever trained
 on (Zhong & Andreas's protocol; ut/training/data.py). Paper (attention-only,
 za-style mix): sparse UT 100%, random UT 94.4%, trained about the same.
@@ -14,11 +16,41 @@ previous protocol's table took 15.8 minutes with --workers=2,
 results/reproduce_partial.md).
 """
 
+import json
+import os
+
 from configs import common
 from configs import dyck
 from configs import tables
 
-get_config = dyck.get_config
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SELECTION = "results/dyck_select/selection.json"
+
+
+def get_config(arg=None):
+  """configs/dyck.py's config with the lr that configs/dyck_select.py chose
+  for its row (on mix za; the random UT of width 512 takes width 256's)."""
+  config = dyck.get_config(arg)
+  if "smoke" in common.given(arg):
+    return config
+  path = os.path.join(ROOT, SELECTION)
+  if not os.path.exists(path):
+    raise common.UserError(
+        f"{SELECTION} is missing: run python -m launch.sweep "
+        f"--config=configs/dyck_select.py --workdir=results/dyck_select first"
+    )
+  with open(path) as f:
+    chosen = json.load(f)["chosen"]
+  kind, variant = config.model.kind, config.model.variant
+  for c in chosen:
+    if (c["kind"], c["variant"]) == (kind, variant):
+      config.train.lr = c["lr"]
+      return config
+  raise common.UserError(
+      f"{SELECTION} has no choice for kind={kind}, variant={variant}: "
+      f"rerun configs/dyck_select.py with that row"
+  )
+
 
 # The paper's numbers (DESIGN §7, from the seed summary), in percent, by
 # (mix, kind, variant) or (kind, variant): written beside ours in paper.md.

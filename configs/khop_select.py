@@ -50,12 +50,16 @@ def sweep(add, arg=None):
     )
   part = PARTS[args["part"]]
   ks = args["ks"].split("+") if args["part"] == "trained" else ["2"]
+  # Smoke (CI): two lrs, the first scale and one seed: every code path, fast.
+  lrs = part["lrs"][:2] if args["smoke"] else part["lrs"]
+  scales = part["scales"][:1] if args["smoke"] else part["scales"]
+  seeds = VALIDATION_SEEDS[:1] if args["smoke"] else VALIDATION_SEEDS
   for k in ks:
     for model in part["models"]:
       kind, variant = model.split(":")
-      for scale in part["scales"]:
-        for lr in part["lrs"]:
-          for seed in VALIDATION_SEEDS:
+      for scale in scales:
+        for lr in lrs:
+          for seed in seeds:
             run = f"model={kind},variant={variant},k={k},seed={seed}"
             if scale != 1.0:
               run += f",embed_scale={scale}"

@@ -11,11 +11,15 @@ the same command is run again: finished steps are skipped, the sweeps skip
 finished runs, and the interrupted step's time so far is added to its time. A
 finished regeneration's record is not replaced without --overwrite.
 
-full   the tables as reported: simulate (bounds and errors), threshold (figure),
-       dyck and khop (3 kinds x 3 variants, compiled-UT rows, 3 seeds each),
-       and the compiled-UT reports on Dyck and on k-hop with k = 1. Budget: <= 60 minutes on 2 CPU cores.
+full   the results as reported: simulate (bounds and errors), threshold
+       (figure), the compiled-UT reports on Dyck and on k-hop with k = 1, the
+       trivial k-hop predictors, the selection sweeps on validation seeds,
+       then the k-hop and Dyck tables that read their choices, the counting
+       baseline, seeds over machines and trainability against width. Every
+       run trains to its protocol's stopping rule (docs/results.md): many
+       core-hours on a 2-core CPU (each step's time is recorded).
 quick  the same pipeline at smoke size (4 training steps, 1 seed, one mix,
-       k = 1): checks that every step runs, in a few minutes. Its numbers mean
+       k = 2): checks that every step runs, in a few minutes. Its numbers mean
        nothing.
 workers: pinned worker processes per sweep (`launch.sweep --workers`); on
        CPU hosts, use the number of cores.
@@ -77,6 +81,43 @@ def get_config(arg="full"):
           "compiled_ut.json",
       ),
       _step(
+          "khop_baselines",
+          "launch.khop_baselines",
+          None,
+          "baselines.json",
+          ["--seeds=1", "--ks=2"] if quick else [],
+      ),
+      # Hyperparameters on validation seeds first: the tables read the
+      # selection.json these write.
+      _step(
+          "khop_select",
+          "launch.sweep",
+          "configs/khop_select.py" + (":smoke,ks=2" if quick else ""),
+          None,
+          ["--workers={workers}"],
+      ),
+      _step(
+          "khop_select_uts",
+          "launch.sweep",
+          "configs/khop_select.py:part=uts" + (",smoke" if quick else ""),
+          None,
+          ["--workers={workers}"],
+      ),
+      _step(
+          "dyck_select",
+          "launch.sweep",
+          "configs/dyck_select.py" + smoke,
+          None,
+          ["--workers={workers}"],
+      ),
+      _step(
+          "khop",
+          "launch.sweep",
+          "configs/khop_table.py" + grid + (",ks=2" if quick else ""),
+          None,
+          ["--workers={workers}"],
+      ),
+      _step(
           "dyck",
           "launch.sweep",
           "configs/dyck_table.py" + grid + (",mixes=za" if quick else ""),
@@ -91,23 +132,17 @@ def get_config(arg="full"):
           ["--seeds=1"] if quick else [],
           workdir="dyck",
       ),
-      # The cells the training issue's targets name run first (same folder:
-      # the full grid below skips them).
       _step(
-          "khop_res_ln",
+          "machines",
           "launch.sweep",
-          "configs/khop_table.py"
-          + grid
-          + ("," if quick else ":")
-          + "ks=1+2,kinds=sparse,variants=res_ln",
+          "configs/machines.py" + (":smoke,cells=khop2" if quick else ""),
           None,
           ["--workers={workers}"],
-          workdir="khop",
       ),
       _step(
-          "khop",
+          "width",
           "launch.sweep",
-          "configs/khop_table.py" + grid + (",ks=1" if quick else ""),
+          "configs/width.py" + (":smoke,seeds=1,cells=khop1" if quick else ""),
           None,
           ["--workers={workers}"],
       ),

@@ -80,6 +80,13 @@ class ReproduceTest(absltest.TestCase):
         "compiled_dyck/compiled_ut.json",
         "compiled_khop1/compiled_ut.json",
         "dyck/counting_baseline.md",
+        "khop_baselines/baselines.json",
+        "khop_select/selection.json",
+        "khop_select_uts/selection.json",
+        "dyck_select/selection.json",
+        "khop/curves.png",
+        "machines/machines.md",
+        "width/width.png",
     ):
       self.assertTrue(os.path.exists(os.path.join(tmp, name)), name)
     for table in ("dyck", "khop"):

@@ -414,7 +414,7 @@ class SweepTest(absltest.TestCase):
     module = sweep.load_config_module(
         os.path.join(ROOT, "configs", "dyck_table.py")
     )
-    runs = sweep.collect_runs(module, "mixes=za")
+    runs = sweep.collect_runs(module, "smoke,mixes=za")
     cells = collections.Counter(
         (c.model.kind, c.model.variant, c.model.m, c.compiled)
         for _, c in runs
@@ -432,17 +432,53 @@ class SweepTest(absltest.TestCase):
         },
     )
     self.assertLen([c for _, c in runs if c.model.kind == "sparse"], 3)
-    only = sweep.collect_runs(module, "mixes=za,kinds=random,compiled=false")
+    only = sweep.collect_runs(
+        module, "smoke,mixes=za,kinds=random,compiled=false"
+    )
     self.assertEqual(sorted({c.model.m for _, c in only}), [256, 512])
     with self.assertRaisesRegex(UserError, "rows='some'"):
       sweep.collect_runs(module, "rows=some")
+
+  def test_dyck_table_takes_the_selected_learning_rates(self):
+    module = sweep.load_config_module(
+        os.path.join(ROOT, "configs", "dyck_table.py")
+    )
+    root = self.create_tempdir().full_path
+    with mock.patch.object(module, "ROOT", root):
+      with self.assertRaisesRegex(
+          UserError, r"dyck_select/selection.json is missing"
+      ):
+        sweep.collect_runs(module, "mixes=hard,compiled=false")
+      path = os.path.join(root, module.SELECTION)
+      os.makedirs(os.path.dirname(path))
+      chosen = [
+          dict(kind=k, variant=v, lr=lr)
+          for k, v, lr in (
+              ("sparse", "attn", 3e-2),
+              ("random", "attn", 3e-3),
+              ("trained", "attn", 3e-4),
+              ("trained", "res_ln_mlp", 1e-3),
+          )
+      ]
+      with open(path, "w") as f:
+        json.dump(dict(chosen=chosen), f)
+      runs = sweep.collect_runs(module, "mixes=hard,compiled=false")
+      got = {
+          (c.model.kind, c.model.variant, c.model.m): c.train.lr
+          for _, c in runs
+      }
+      self.assertEqual(got[("sparse", "attn", 256)], 3e-2)
+      self.assertEqual(got[("random", "attn", 256)], 3e-3)
+      self.assertEqual(got[("random", "attn", 512)], 3e-3)
+      self.assertEqual(got[("trained", "res_ln_mlp", 256)], 1e-3)
 
   def test_table_seeds_draw_new_machines(self):
     module = sweep.load_config_module(
         os.path.join(ROOT, "configs", "dyck_table.py")
     )
     runs = sweep.collect_runs(
-        module, "rows=all,mixes=za,kinds=random,variants=res_ln_mlp,seeds=3"
+        module,
+        "smoke,rows=all,mixes=za,kinds=random,variants=res_ln_mlp,seeds=3",
     )
     self.assertEqual([c.model.ut_seed for _, c in runs], [0, 1, 2])
     # The frozen weights (the UT and its MLP) differ between seeds.
@@ -456,21 +492,73 @@ class SweepTest(absltest.TestCase):
       self.assertFalse(np.allclose(a, b), frozen)
     # An explicit ut_seed keeps the machine across program seeds.
     fixed = [
-        module.get_config(f"model=random,seed={s},ut_seed=7") for s in (0, 1)
+        module.get_config(f"model=random,seed={s},ut_seed=7,smoke")
+        for s in (0, 1)
     ]
     self.assertEqual([c.model.ut_seed for c in fixed], [7, 7])
 
-  def test_table_grid_passes_embed_scale(self):
+  def test_khop_table_takes_the_selected_hyperparameters(self):
     module = sweep.load_config_module(
         os.path.join(ROOT, "configs", "khop_table.py")
     )
-    grid = "ks=2,kinds=sparse,variants=res_ln,seeds=2"
-    default = sweep.collect_runs(module, grid)
-    scaled = sweep.collect_runs(module, grid + ",embed_scale=0.1")
-    self.assertEqual([c.model.embed_scale for _, c in default], [1.0, 1.0])
-    self.assertEqual([c.model.embed_scale for _, c in scaled], [0.1, 0.1])
-    self.assertNotIn("embed_scale", default[0][0])  # Names of the tables' runs
-    self.assertIn("embed_scale=0.1", scaled[0][0])  # stay as recorded.
+    grid = "ks=2,kinds=sparse+trained,variants=res_ln+res_ln_mlp,seeds=1"
+    root = self.create_tempdir().full_path
+    with mock.patch.object(module, "ROOT", root):
+      with self.assertRaisesRegex(
+          UserError, r"khop_select_uts/selection.json is missing"
+      ):
+        sweep.collect_runs(module, grid)
+      choices = {
+          "trained": [
+              dict(
+                  kind="trained",
+                  variant="res_ln_mlp",
+                  data=dict(k=2),
+                  lr=3e-3,
+                  embed_scale=1.0,
+              )
+          ],
+          "ut": [
+              dict(
+                  kind="sparse",
+                  variant="res_ln",
+                  data=dict(k=2),
+                  lr=1e-2,
+                  embed_scale=0.3,
+              ),
+              dict(
+                  kind="random",
+                  variant="res_ln",
+                  data=dict(k=2),
+                  lr=3e-2,
+                  embed_scale=0.1,
+              ),
+          ],
+      }
+      for which, chosen in choices.items():
+        path = os.path.join(root, module.SELECTIONS[which])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+          json.dump(dict(chosen=chosen), f)
+      runs = sweep.collect_runs(module, grid)
+      got = {
+          (c.model.kind, c.model.variant): (c.train.lr, c.model.embed_scale)
+          for _, c in runs
+      }
+      self.assertEqual(
+          got,
+          {
+              ("sparse", "res_ln"): (1e-2, 0.3),
+              ("trained", "res_ln_mlp"): (3e-3, 1.0),
+          },
+      )
+      # An explicit embed_scale wins over the selection's.
+      scaled = sweep.collect_runs(module, grid + ",embed_scale=0.5")
+      self.assertEqual({c.model.embed_scale for _, c in scaled}, {0.5})
+      with self.assertRaisesRegex(
+          UserError, r"no choice for kind=trained, variant=res_ln_mlp, k=3"
+      ):
+        sweep.collect_runs(module, grid.replace("ks=2", "ks=3"))
 
   def test_khop_grid_compiles_into_sparse_at_every_k(self):
     module = sweep.load_config_module(
@@ -481,23 +569,24 @@ class SweepTest(absltest.TestCase):
         for _, c in sweep.collect_runs(module, arg)
         if c.compiled
     )
-    grid = "kinds=trained,variants=attn,seeds=1"
+    grid = "smoke,kinds=trained,variants=attn,seeds=1"
     self.assertEqual(
-        compiled(grid),
-        [
-            (1, "random"),
-            (1, "sparse"),
-            (2, "random"),
-            (2, "sparse"),
-            (3, "sparse"),
-            (4, "sparse"),
-        ],
+        compiled(grid), [(2, "random"), (2, "sparse"), (3, "sparse")]
     )
     self.assertEqual(
-        compiled(grid + ",ks=3,random_compiled_ks=3"),
-        [(3, "random"), (3, "sparse")],
+        compiled(grid + ",ks=3+4,random_compiled_ks=3"),
+        [(3, "random"), (3, "sparse"), (4, "sparse")],
     )
     self.assertEqual(compiled(grid + ",compiled=false"), [])
+    # At k = 2 the random UT also runs at the sparse UT's width.
+    widths = sorted(
+        c.model.m
+        for _, c in sweep.collect_runs(
+            module, "smoke,kinds=random,variants=attn,seeds=1"
+        )
+        if c.data.k == 2
+    )
+    self.assertEqual(widths, [256, 928])
 
   def test_workers_split_memory_bound_and_other_runs(self):
     units = [[run] for run in sweep.collect_runs(sweep_config, "kinds")]
