@@ -16,6 +16,7 @@ random UT of width 512 takes the choice of width 256 (not run here).
 from configs import common
 from configs import dyck
 from configs import dyck_table
+from configs import tables
 from ut.experiments import selection
 
 get_config = dyck.get_config
@@ -34,7 +35,7 @@ def sweep(add, arg=None):
   for row in dyck_table.ROWS:
     if "m=512" in row:
       continue
-    kind = dyck_table._field(row, "model")  # pylint: disable=protected-access
+    kind = tables.row_field(row, "model")
     for lr in LRS[kind][:2] if args["smoke"] else LRS[kind]:
       run = f"{row},mix=za,seed={VALIDATION_SEED}" + (
           ",smoke" if args["smoke"] else ""

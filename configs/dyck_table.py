@@ -16,14 +16,11 @@ previous protocol's table took 15.8 minutes with --workers=2,
 results/reproduce_partial.md).
 """
 
-import json
-import os
-
 from configs import common
 from configs import dyck
 from configs import tables
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = tables.ROOT
 SELECTION = "results/dyck_select/selection.json"
 
 
@@ -33,14 +30,12 @@ def get_config(arg=None):
   config = dyck.get_config(arg)
   if "smoke" in common.given(arg):
     return config
-  path = os.path.join(ROOT, SELECTION)
-  if not os.path.exists(path):
-    raise common.UserError(
-        f"{SELECTION} is missing: run python -m launch.sweep "
-        f"--config=configs/dyck_select.py --workdir=results/dyck_select first"
-    )
-  with open(path) as f:
-    chosen = json.load(f)["chosen"]
+  chosen = tables.chosen(
+      ROOT,
+      SELECTION,
+      "python -m launch.sweep --config=configs/dyck_select.py "
+      "--workdir=results/dyck_select",
+  )
   kind, variant = config.model.kind, config.model.variant
   for c in chosen:
     if (c["kind"], c["variant"]) == (kind, variant):
@@ -84,12 +79,7 @@ def sweep(add, arg=None):
     return
   if args["rows"] != "paper":
     raise common.UserError(f"rows={args['rows']!r}; use paper or all")
-  rows = [
-      row
-      for row in ROWS
-      if _field(row, "model") in args["kinds"]
-      and _field(row, "variant") in args["variants"]
-  ]
+  rows = tables.paper_rows(ROWS, args)
   for mix in args["mixes"].split("+"):
     for row in rows:
       for seed in range(args["seeds"]):
@@ -100,7 +90,3 @@ def sweep(add, arg=None):
         if args["compiled"] and row == "model=trained,variant=attn":
           add(run, compiled="sparse")
           add(run, compiled="random")
-
-
-def _field(row, key):
-  return dict(item.split("=") for item in row.split(","))[key]

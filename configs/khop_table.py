@@ -27,14 +27,13 @@ Paper: attention-only UTs about 30-40% vs about 99% trained; with res_ln the
 sparse UT 100%, the random UT 85.7%-96.1%.
 """
 
-import json
 import os
 
 from configs import common
 from configs import khop
 from configs import tables
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = tables.ROOT
 SELECTIONS = {
     "trained": "results/khop_select/selection.json",
     "ut": "results/khop_select_uts/selection.json",
@@ -70,16 +69,13 @@ PAPER = {
 def _selected(kind, variant, k):
   """(lr, embed_scale) that the selection sweeps chose for this cell."""
   which = "trained" if kind == "trained" else "ut"
-  path = os.path.join(ROOT, SELECTIONS[which])
-  if not os.path.exists(path):
-    raise common.UserError(
-        f"{SELECTIONS[which]} is missing: run python -m launch.sweep "
-        f"--config=configs/khop_select.py"
-        f"{'' if which == 'trained' else ':part=uts'} "
-        f"--workdir={os.path.dirname(SELECTIONS[which])} first"
-    )
-  with open(path) as f:
-    chosen = json.load(f)["chosen"]
+  chosen = tables.chosen(
+      ROOT,
+      SELECTIONS[which],
+      f"python -m launch.sweep --config=configs/khop_select.py"
+      f"{'' if which == 'trained' else ':part=uts'} "
+      f"--workdir={os.path.dirname(SELECTIONS[which])}",
+  )
   want = (kind, variant, k) if which == "trained" else (kind, "res_ln", 2)
   for c in chosen:
     if (c["kind"], c["variant"], c["data"]["k"]) == want:
@@ -116,12 +112,7 @@ def sweep(add, arg=None):
   if args["embed_scale"] != 1.0:  # Over the selection's (names say so).
     smoke = f",embed_scale={args['embed_scale']}" + smoke
   for k in map(int, args["ks"].split("+")):
-    rows = [
-        r
-        for r in ROWS
-        if _field(r, "model") in args["kinds"]
-        and _field(r, "variant") in args["variants"]
-    ]
+    rows = tables.paper_rows(ROWS, args)
     if k == args["matched_k"] and "random" in args["kinds"]:
       rows += [
           f"model=random,variant={v},m={SPARSE_M[k]}"
@@ -136,7 +127,3 @@ def sweep(add, arg=None):
           add(run, compiled="sparse")
           if str(k) in args["random_compiled_ks"].split("+"):
             add(run, compiled="random")
-
-
-def _field(row, key):
-  return dict(item.split("=") for item in row.split(","))[key]

@@ -8,7 +8,12 @@ A run's seed sets E's and U's initialisation, its data, and the frozen
 weights (model.ut_seed = the seed): each random-UT seed is a new machine.
 """
 
+import json
+import os
+
 from configs import common
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 KINDS = "sparse+random+trained"
 VARIANTS = "attn+res_ln+res_ln_mlp"
@@ -60,3 +65,29 @@ def add_grid(add, args, axis, values, random_compiled_values=None):
             add(run, compiled="sparse")
             if value in random_values:
               add(run, compiled="random")
+
+
+def row_field(row, key):
+  """row_field("model=random,variant=attn", "model") == "random"."""
+  return dict(item.split("=") for item in row.split(","))[key]
+
+
+def paper_rows(rows, args):
+  """The rows (config arguments) whose kind and variant the grid keeps."""
+  return [
+      r
+      for r in rows
+      if row_field(r, "model") in args["kinds"]
+      and row_field(r, "variant") in args["variants"]
+  ]
+
+
+def chosen(root, path, command):
+  """The `chosen` list of a selection sweep's selection.json (root/path);
+  a UserError naming `command`, the sweep that writes it, when it is
+  missing."""
+  full = os.path.join(root, path)
+  if not os.path.exists(full):
+    raise common.UserError(f"{path} is missing: run {command} first")
+  with open(full) as f:
+    return json.load(f)["chosen"]
