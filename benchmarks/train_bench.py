@@ -227,7 +227,9 @@ class Result:
 
 
 def analytic_flops(spec, batch_size, num_tokens):
-  """(forward, step) matmul FLOPs of `train_step`: the module docstring's formula."""
+  """(forward, step) matmul FLOPs of `train_step`: the module docstring's
+  formula, for the full forward (every position's logits; a spec with
+  last_only, Dyck's, computes less in its last layer)."""
   b, t, m, h = batch_size, num_tokens, spec.model_width, spec.num_heads
   k, c, num_layers = spec.head_width, spec.num_classes, spec.num_layers
   once = 2 * b * t * spec.vocab_size * m  # Backward 1x forward (embedding).

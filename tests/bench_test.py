@@ -5,6 +5,7 @@ XLA-flags comparison built on it (`flags_bench`), and the data-parallel step
 Every test that runs a benchmark or a subprocess is marked slow.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -110,7 +111,11 @@ class TrainBenchTest(absltest.TestCase):
     # state role: counted from the jaxpr's dot_generals, not from the formula.
     config = dyck_config.get_config("model=sparse,variant=attn")
     task = data_lib.make_task(config)
-    spec = train.model_spec(config, task.info)
+    # The formula counts the full forward (every position's logits), not
+    # Dyck's last-position one (spec.last_only).
+    spec = dataclasses.replace(
+        train.model_spec(config, task.info), last_only=False
+    )
     params = models.init(jax.random.PRNGKey(0), spec)
     batch = train.train_batch(config, task, 0)
     jaxpr = jax.make_jaxpr(lambda p: train.loss_and_metrics(p, spec, batch))(
