@@ -129,7 +129,7 @@ def get_config(arg="full"):
           "launch.dyck_baseline",
           None,
           "counting_baseline.json",
-          ["--seeds=1"] if quick else [],
+          ["--seeds=1", "--steps=200"] if quick else [],
           workdir="dyck",
       ),
       _step(

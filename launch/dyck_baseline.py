@@ -25,6 +25,12 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder.")
 _SEEDS = flags.DEFINE_integer(
     "seeds", 3, "Check the training streams of " "seeds 0..seeds-1."
 )
+_STEPS = flags.DEFINE_integer(
+    "steps",
+    None,
+    "Check the first STEPS training batches of each seed (default: all of "
+    "config.train.steps, every batch a run can train on).",
+)
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace earlier outputs.")
 
 
@@ -32,6 +38,8 @@ def main(argv):
   del argv
   if _SEEDS.value < 1:
     raise UserError(f"--seeds={_SEEDS.value}; use 1 or more")
+  if _STEPS.value is not None and _STEPS.value < 1:
+    raise UserError(f"--steps={_STEPS.value}; use 1 or more")
   paths = [
       f"{_WORKDIR.value}/counting_baseline.{ext}" for ext in ("json", "md")
   ]
@@ -40,9 +48,7 @@ def main(argv):
   for mix in dyck.MIXES:
     report = dyck_protocol.counting_report(dyck_config.get_config(f"mix={mix}"))
     seen = [
-        dyck_protocol.seen_in_training(
-            dyck_config.get_config(f"mix={mix},seed={seed}")
-        )
+        dyck_protocol.seen_in_training(_config(mix, seed))
         for seed in range(_SEEDS.value)
     ]
     report["seen_in_training"] = {str(seed): s for seed, s in enumerate(seen)}
@@ -73,7 +79,12 @@ def main(argv):
     ]
   reports.write_json(
       paths[0],
-      dict(mixes=mixes, seeds=_SEEDS.value, provenance=reports.provenance()),
+      dict(
+          mixes=mixes,
+          seeds=_SEEDS.value,
+          steps_checked=_STEPS.value or "all",
+          provenance=reports.provenance(),
+      ),
   )
   table = "\n".join(
       [
@@ -84,6 +95,13 @@ def main(argv):
   )
   reports.write_text(paths[1], table + "\n")
   print(table)
+
+
+def _config(mix, seed):
+  config = dyck_config.get_config(f"mix={mix},seed={seed}")
+  if _STEPS.value is not None:
+    config.train.steps = min(_STEPS.value, config.train.steps)
+  return config
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ class MultiHostTest(absltest.TestCase):
     self.assertCountEqual(
         written,
         [f"runs/{n}/metrics.json" for n in runs]
-        + ["table.csv", "table.json", "table.md"],
+        + ["table.csv", "table.json", "table.md", "curves.png"],
     )
 
     # The same table, and the same record of every run, as one process gives.

@@ -392,7 +392,7 @@ class DyckBaselineTest(absltest.TestCase):
 
   def test_counts_match_the_strings_themselves(self):
     workdir = self.create_tempdir().full_path
-    proc = self.run_baseline(workdir, "--seeds=1")
+    proc = self.run_baseline(workdir, "--seeds=1", "--steps=200")
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     with open(os.path.join(workdir, "counting_baseline.json")) as f:
       mixes = json.load(f)["mixes"]

@@ -571,8 +571,10 @@ class TrainAndEvaluateTest(parameterized.TestCase):
         batch["tokens"][:, 0] = -1  # Marker read by nan_apply below.
       return batch
 
-    def nan_apply(params, spec, tokens_BxT, precision=None):
-      logits = real_apply(params, spec, jnp.maximum(tokens_BxT, 0), precision)
+    def nan_apply(params, spec, tokens_BxT, precision=None, last_only=False):
+      logits = real_apply(
+          params, spec, jnp.maximum(tokens_BxT, 0), precision, last_only
+      )
       return jnp.where(jnp.any(tokens_BxT < 0), jnp.nan, logits)
 
     # The trained kind: a spec no other in-process test compiles.
