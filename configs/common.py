@@ -119,6 +119,10 @@ def base_config(kind, variant, seed, ut_seed=-1):
           # the best before them by no more than plateau_delta.
           plateau_evals=0,
           plateau_delta=0.0,
+          # An .npz of trainable leaves to start from instead of their random
+          # draw ("embed/token", "embed/position", "unembed"), e.g. a
+          # compiled program; '' draws them (train.load_init_params).
+          init_params="",
           # Split each batch over this process's devices (ut.training.train.make_step; on a
           # CPU, launch.train --cpu_devices=N makes N of its cores devices).
           data_parallel=False,

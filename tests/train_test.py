@@ -795,6 +795,11 @@ class CommandLineTest(parameterized.TestCase):
           r"flag --config.train.lr=fast: could not convert string to float",
       ),
       (
+          "init_params_missing",
+          "--config.train.init_params=/nonexistent/e.npz",
+          r"config.train.init_params='/nonexistent/e.npz' is not a file",
+      ),
+      (
           "misspelt_field",
           "--config.train.step=10",
           r"no such config field: 'step'; Did you mean \"steps\"",

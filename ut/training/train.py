@@ -570,6 +570,7 @@ _ADDED_FIELDS = {
     "train.stop_evals": 2,
     "train.plateau_evals": 0,
     "train.plateau_delta": 0.0,
+    "train.init_params": "",
 }
 # Fields that older runs recorded and that are gone since (moved to the CPU
 # overlay, configs/cpu.py).
@@ -677,8 +678,13 @@ def checkpoint_manager(workdir, max_to_keep=2):
   )
 
 
-def init_state(config, spec):
+def init_state(config, spec, warm_start=True):
+  """The step-0 state; warm_start=False skips config.train.init_params (a
+  restore only needs the tree's shapes)."""
   params = models.init(jax.random.PRNGKey(config.seed), spec)
+  path = config.train.get("init_params", "")
+  if path and warm_start:
+    params = load_init_params(path, params, spec)
   tx, schedule = make_optimizer(config, params, spec)
   return (
       TrainState(
@@ -691,12 +697,72 @@ def init_state(config, spec):
   )
 
 
+def load_init_params(path, params, spec):
+  """params with trainable leaves replaced by the arrays of an .npz file.
+
+  The file's keys are leaf paths joined by '/' ("embed/token",
+  "embed/position", "unembed"); leaves it does not name keep their draw.
+  A warm start, e.g. from a compiled program (ut/experiments/learnability.py).
+  """
+  if not os.path.isfile(path):
+    raise UserError(
+        f"config.train.init_params={path!r} is not a file; give an .npz "
+        f"of trainable leaves (e.g. embed/token), or '' for a random start"
+    )
+  try:
+    with np.load(path) as f:
+      arrays = {k: f[k] for k in f.files}
+  except (OSError, ValueError) as e:
+    raise UserError(
+        f"config.train.init_params={path!r} is not a readable .npz file "
+        f"({type(e).__name__})"
+    ) from None
+  leaves = _by_path(params)
+  labels = _by_path(models.labels(params, spec))
+  trainable = sorted(k for k, v in labels.items() if v == "train")
+  for key, value in arrays.items():
+    if key not in trainable:
+      raise UserError(
+          f"{path}: {key!r} is not a trainable leaf of this model; use "
+          f"{', '.join(trainable)}"
+      )
+    if value.shape != leaves[key].shape:
+      raise UserError(
+          f"{path}: {key} has shape {value.shape}; this model's is "
+          f"{tuple(leaves[key].shape)}"
+      )
+    if not np.issubdtype(value.dtype, np.floating) or not np.all(
+        np.isfinite(value)
+    ):
+      raise UserError(
+          f"{path}: {key} must hold finite floats (got {value.dtype})"
+      )
+
+  def pick(path_, leaf):
+    key = _path_key(path_)
+    return jnp.asarray(arrays[key], leaf.dtype) if key in arrays else leaf
+
+  return jax.tree_util.tree_map_with_path(pick, params)
+
+
+def _path_key(path):
+  return "/".join(str(k.key) for k in path)
+
+
+def _by_path(tree):
+  """{"embed/token": leaf, ...} of a nested dict."""
+  return {
+      _path_key(p): leaf
+      for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+  }
+
+
 def restore_params(workdir):
   """(params, spec, config, task, step) from the latest checkpoint of a workdir."""
   config = load_config(workdir)
   task = data_lib.make_task(config)
   spec = model_spec(config, task.info)
-  state, _, _ = init_state(config, spec)
+  state, _, _ = init_state(config, spec, warm_start=False)
   mngr = checkpoint_manager(workdir)
   step = mngr.latest_step()
   if step is None:
@@ -746,10 +812,10 @@ def train_and_evaluate(config, workdir):
   spec = model_spec(config, task.info)  # Validate before claiming the workdir.
   check_schedule(config)
   check_data_parallel(config)
+  state, tx, _ = init_state(config, spec)  # Reads config.train.init_params.
   reports.check_folder(workdir, "--workdir")
   os.makedirs(workdir, exist_ok=True)
   _check_workdir_config(config, workdir)
-  state, tx, _ = init_state(config, spec)
   logging.info(
       "model %s/%s width %d: %d trainable of %d parameters",
       spec.kind,

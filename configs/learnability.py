@@ -1,0 +1,89 @@
+r"""The learnability gap (beyond the paper): a k-hop target compiled into the
+sparse and a random UT, then E and U trained from a random start or from the
+compiled program plus noise (ut/experiments/learnability.py).
+
+  python -m launch.learnability --config=configs/learnability.py --workdir=results/learnability
+  python -m launch.learnability --config=configs/learnability.py:uts=sparse --workdir=results/learnability  # CPU
+  python -m launch.learnability --config=configs/learnability.py:smoke --workdir=/tmp/l  # CI size
+
+Arguments: k=INT (hops; the target has L = k + 1 layers as in configs/khop.py),
+width=INT and head_width=INT (the target's d and per-head width), target_seed,
+target_lr, uts=sparse+random|sparse|random, smoke.
+
+Our choices (the issue leaves them open):
+  * The target is configs/khop.py's trained attention-only model at k = 2
+    (d = 64, 2 heads of width 32, L = 3), seed 101, lr 1e-3, but with a
+    cosine schedule over 10000 steps and no early stop: it ends at 100%
+    validation accuracy. With the table's constant lr the same model
+    oscillated and ended at 96.8% (20000 steps); with the cosine schedule,
+    d = 16 and d = 32 (head width d) stalled at 52% and 61%. Seed 101 is a
+    validation seed of results/khop_select; no table run uses it.
+  * uts=sparse+random (default) or one of them. The random UT's width is
+    1.25 N = 2880 at d = 64, L = 3: its value maps are m x m, about 160
+    GFLOP a training step, out of reach of a CPU; the sparse UT (m = 1856)
+    takes about 22 ms a step on one core.
+  * The random UT has m = 1.25 N (trained_to_ut.M_FACTOR), k_u = d, draw
+    ut_seed 0; the sparse UT its own width. Both attention-only, as the target.
+  * UT training: configs/khop.py's protocol (constant lr after 100 warmup
+    steps, stop at >= 99.5% validation accuracy twice, cap 20000 steps) at
+    lr 1e-2 for both UTs (not selected on validation: the same lr for every
+    start, so that the starts differ only in where they begin), plus a
+    plateau stop (6 evaluations, 3000 steps, without a 0.2-point gain).
+    The noise s = 0 runs show whether this lr keeps an exact program.
+  * Noise sizes {0, 0.01, 0.1, 0.3, 1, 3} relative to each table's rms;
+    seeds 0, 1, 2 (each run's noise, data and random start; the UT draw is
+    fixed, since the program is compiled for one draw).
+"""
+
+import ml_collections
+
+from configs import common
+from configs import khop
+
+
+def get_config(arg=None):
+  args = common.parse_arg(
+      arg,
+      dict(
+          k=2,
+          width=64,
+          head_width=32,
+          target_seed=101,
+          target_lr=1e-3,
+          uts="sparse+random",
+          smoke=False,
+      ),
+  )
+  smoke = ",smoke" if args["smoke"] else ""
+  target = khop.get_config(
+      f"model=trained,variant=attn,k={args['k']},seed={args['target_seed']}"
+      + smoke
+  )
+  target.model.width = args["width"]
+  target.model.head_width = args["head_width"]
+  target.train.lr = args["target_lr"]
+  target.train.schedule = "cosine"
+  target.train.stop_accuracy = 0.0
+  if not args["smoke"]:
+    target.train.steps = 10000
+  config = ml_collections.ConfigDict()
+  config.target = target
+  config.constructions = tuple(args["uts"].split("+"))
+  config.m_factor = 1.25
+  config.ut_seed = 0
+  config.embed_scale = 1.0  # The random start's E (models.init).
+  config.noises = (0.0, 0.01, 0.1, 0.3, 1.0, 3.0)
+  config.seeds = (0, 1, 2)
+  config.ut_train = ml_collections.ConfigDict(
+      dict(lr=1e-2, plateau_evals=6, plateau_delta=0.002)
+  )
+  config.overwrite = False
+  if args["smoke"]:
+    config.noises = (0.0, 1.0)
+    config.seeds = (0, 1)
+    # Given widths are kept; by default the smoke target is tiny.
+    if "width" not in common.given(arg):
+      target.model.width = 8
+    if "head_width" not in common.given(arg):
+      target.model.head_width = 4
+  return config

@@ -1,0 +1,183 @@
+"""The learnability experiment: compiled programs as warm starts, noise sizes,
+resume; and config.train.init_params, the warm start it uses."""
+
+import glob
+import json
+import os
+import tempfile
+
+from absl.testing import absltest
+import jax
+import numpy as np
+
+from configs import khop as khop_config
+from configs import learnability as learnability_config
+from tests import cli_helpers
+from tests import xla_settings
+from ut.experiments import learnability
+from ut.training import data as data_lib
+from ut.training import train
+
+
+def _spec(config):
+  return train.model_spec(config, data_lib.make_task(config).info)
+
+
+class LearnabilityRunTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.workdir = tempfile.mkdtemp(prefix="learnability_test_")
+    cls.config = learnability_config.get_config("smoke")
+    cls.config.target.train.steps = 30
+    with xla_settings.fast_compile():
+      cls.result = learnability.run(cls.config, cls.workdir)
+
+  def test_programs_reproduce_the_target(self):
+    for ut, program in self.result["programs"].items():
+      self.assertEqual(program["agreement"], 1.0, ut)
+      self.assertEqual(program["ut_accuracy"], program["target_accuracy"])
+
+  def test_noise_zero_starts_at_the_targets_accuracy(self):
+    # Independent of the UT: the target itself scored on each run's test set.
+    params, spec, _, task, _ = train.restore_params(
+        os.path.join(self.workdir, "target")
+    )
+    for ut in self.config.constructions:
+      for seed in self.config.seeds:
+        name = f"{ut}_noise=0_seed={seed}"
+        with open(os.path.join(self.workdir, "runs", name, "start.json")) as f:
+          got = json.load(f)["start_accuracy"]
+        run_config = self.config.target.copy_and_resolve_references()
+        run_config.seed = seed
+        want = train.test_metrics(params, spec, run_config, task)
+        self.assertAlmostEqual(got, want["test_accuracy"], places=6, msg=name)
+
+  def test_outputs_and_rerun_keeps_finished_runs(self):
+    for ext in ("json", "md", "png"):
+      self.assertTrue(
+          os.path.exists(os.path.join(self.workdir, f"learnability.{ext}"))
+      )
+    metrics = sorted(
+        glob.glob(os.path.join(self.workdir, "runs/*/metrics.json"))
+    )
+    self.assertLen(metrics, 2 * (1 + len(self.config.noises)) * 2)
+    before = {p: os.path.getmtime(p) for p in metrics}
+    cli_helpers.assert_user_error(
+        self,
+        r"learnability.json already exists",
+        learnability.run,
+        self.config,
+        self.workdir,
+    )
+    config = self.config.copy_and_resolve_references()
+    config.overwrite = True
+    again = learnability.run(config, self.workdir)
+    self.assertEqual(again["per_run"], self.result["per_run"])
+    self.assertEqual(before, {p: os.path.getmtime(p) for p in metrics})
+
+
+class NoisyProgramTest(absltest.TestCase):
+
+  def test_relative_size_per_table_and_u_unchanged(self):
+    rng = np.random.default_rng(0)
+    program = {
+        "embed": {
+            "token": rng.standard_normal((50, 400)) * 3.0,
+            "position": rng.standard_normal((60, 400)) * 0.01,
+        },
+        "unembed": rng.standard_normal((400, 5)),
+    }
+    for s in (0.0, 0.1, 3.0):
+      out = learnability.noisy_program(program, s, seed=1)
+      for name in ("token", "position"):
+        e = program["embed"][name]
+        diff = out[f"embed/{name}"] - e
+        ratio = np.linalg.norm(diff) / np.linalg.norm(e)
+        self.assertAlmostEqual(ratio, s, delta=0.02 * s + 1e-6)
+      np.testing.assert_array_equal(
+          out["unembed"], program["unembed"].astype(np.float32)
+      )
+    a = learnability.noisy_program(program, 0.3, seed=1)
+    b = learnability.noisy_program(program, 0.3, seed=2)
+    self.assertFalse(np.array_equal(a["embed/token"], b["embed/token"]))
+
+  def test_bad_config_is_user_error(self):
+    config = learnability_config.get_config("smoke")
+    config.noises = (0.1, -1.0)
+    cli_helpers.assert_user_error(
+        self,
+        r"config.noises has -1.0; use numbers >= 0",
+        learnability.check_config,
+        config,
+    )
+    config = learnability_config.get_config("smoke")
+    config.target.model.variant = "res_ln"
+    cli_helpers.assert_user_error(
+        self,
+        r"must train an attention-only model",
+        learnability.check_config,
+        config,
+    )
+
+
+class InitParamsTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.config = khop_config.get_config("model=sparse,variant=attn,smoke")
+    self.spec = _spec(self.config)
+    self.drawn = train.init_state(self.config, self.spec)[0].params
+    self.path = os.path.join(self.create_tempdir().full_path, "init.npz")
+
+  def test_named_leaves_are_replaced_and_others_kept(self):
+    token = np.arange(
+        np.prod(self.drawn["embed"]["token"].shape), dtype=np.float32
+    ).reshape(self.drawn["embed"]["token"].shape)
+    np.savez(self.path, **{"embed/token": token})
+    self.config.train.init_params = self.path
+    params = train.init_state(self.config, self.spec)[0].params
+    np.testing.assert_array_equal(params["embed"]["token"], token)
+    for got, want in (
+        (params["embed"]["position"], self.drawn["embed"]["position"]),
+        (params["unembed"], self.drawn["unembed"]),
+    ):
+      np.testing.assert_array_equal(got, want)
+    # A restore builds the tree without the file.
+    os.remove(self.path)
+    params = train.init_state(self.config, self.spec, warm_start=False)[
+        0
+    ].params
+    jax.tree.map(np.testing.assert_array_equal, params, self.drawn)
+
+  def test_bad_files_are_user_errors(self):
+    shape = self.drawn["unembed"].shape
+    cases = (
+        ({"embed/tok": np.zeros(3)}, r"'embed/tok' is not a trainable leaf"),
+        (
+            {"unembed": np.zeros((2, 2))},
+            rf"unembed has shape \(2, 2\); this "
+            rf"model's is \({shape[0]}, {shape[1]}\)",
+        ),
+        ({"unembed": np.full(shape, np.nan)}, r"must hold finite floats"),
+    )
+    self.config.train.init_params = self.path
+    for arrays, pattern in cases:
+      np.savez(self.path, **arrays)
+      cli_helpers.assert_user_error(
+          self, pattern, train.init_state, self.config, self.spec
+      )
+    with open(self.path, "w") as f:
+      f.write("not an npz")
+    cli_helpers.assert_user_error(
+        self,
+        r"is not a readable .npz file",
+        train.init_state,
+        self.config,
+        self.spec,
+    )
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,285 @@
+"""The learnability gap (beyond the paper): does training find a program that
+provably exists?
+
+A trained attention-only target is compiled into the sparse UT and a random UT
+(`trained_to_ut.compile_model`): E_c and U_c make the UT compute the target's
+logits, so the UT scores the target's accuracy with no gradient step. The same
+UTs are then trained (E and U only) from
+
+  * a random start (the table's initialisation), and
+  * E_c plus Gaussian noise of relative size s: every entry of each table
+    (token, position) gets s * rms(table) * N(0, 1), so that the noise's
+    Frobenius norm is about s times the table's; U starts at U_c.
+
+s = 0 is the control: does training at this learning rate keep the program?
+The figure is the final test accuracy against s, one line per UT, with the
+from-scratch runs and the compiled program marked.
+
+Layout of a workdir:
+  target/               the target's training run (train_and_evaluate)
+  programs/<ut>.npz     E_c and U_c of each UT
+  runs/<ut>_<start>_seed=<s>/   one UT training run (init.npz: its start)
+  learnability.{json,md,png}    the table and the figure
+"""
+
+import json
+import math
+import os
+
+from absl import logging
+import ml_collections
+import numpy as np
+
+from ut.errors import UserError
+from ut.io import plots
+from ut.io import reports
+from ut.training import data as data_lib
+from ut.training import train
+from ut.training import trained_to_ut as compiled
+
+SUCCESS = 0.99
+SCRATCH = "scratch"
+
+
+def noisy_program(program, noise, seed):
+  """E_c with Gaussian noise of relative size `noise` per table, U_c as is:
+  the flat {"embed/token", "embed/position", "unembed"} of an init .npz."""
+  rng = np.random.default_rng(seed)
+  out = {"unembed": np.asarray(program["unembed"], np.float32)}
+  for name in ("token", "position"):
+    e = np.asarray(program["embed"][name], np.float64)
+    rms = math.sqrt(float(np.mean(e**2)))
+    out[f"embed/{name}"] = (
+        e + noise * rms * rng.standard_normal(e.shape)
+    ).astype(np.float32)
+  return out
+
+
+def start_name(noise):
+  return SCRATCH if noise is None else f"noise={noise:g}"
+
+
+def ut_config(config, ut_spec, construction, seed):
+  """The training config of one UT run: the target's task and data, the UT's
+  shapes (ut_spec), E and U trained, config.ut_train over the train section."""
+  c = config.target.copy_and_resolve_references()
+  c.seed = seed
+  c.model.kind = construction
+  c.model.variant = "attn"
+  c.model.ut_seed = config.ut_seed
+  c.model.num_heads = ut_spec.num_heads
+  c.model.num_layers = ut_spec.num_layers
+  if construction == "sparse":
+    c.model.width = ut_spec.width
+    c.model.mlp_width = 0
+  else:
+    c.model.m = ut_spec.m
+    c.model.head_width = ut_spec.head_width
+  c.model.embed_scale = config.embed_scale
+  c.train.update(config.ut_train.to_dict())
+  c.compiled = ""
+  return c
+
+
+def _ensure_target(config, workdir):
+  target_dir = os.path.join(workdir, "target")
+  if not os.path.exists(os.path.join(target_dir, "metrics.json")):
+    train.train_and_evaluate(config.target, target_dir)
+  return train.restore_params(target_dir)
+
+
+def _save_program(path, params):
+  flat = {
+      "embed/token": params["embed"]["token"],
+      "embed/position": params["embed"]["position"],
+      "unembed": params["unembed"],
+  }
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  np.savez(path, **{k: np.asarray(v) for k, v in flat.items()})
+
+
+def _read(path):
+  with open(path) as f:
+    return json.load(f)
+
+
+def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
+  """Trains (or resumes) one UT run; returns its metrics.json with its name
+  and the start's test accuracy (start.json) added."""
+  name = f"{construction}_{start_name(noise)}_seed={seed}"
+  run_dir = os.path.join(workdir, "runs", name)
+  os.makedirs(run_dir, exist_ok=True)
+  c = ut_config(config, ut_spec, construction, seed)
+  if noise is not None:
+    init = os.path.join(run_dir, "init.npz")
+    if not os.path.exists(init):  # The same draw on every resume.
+      np.savez(init, **noisy_program(ut_params, noise, seed))
+    c.train.init_params = init
+  start_path = os.path.join(run_dir, "start.json")
+  if not os.path.exists(start_path):
+    task = data_lib.make_task(c)
+    spec = train.model_spec(c, task.info)
+    start = train.init_state(c, spec)[0].params
+    acc = train.test_metrics(start, spec, c, task)["test_accuracy"]
+    logging.info("%s: test accuracy at the start %.4f", name, acc)
+    reports.write_json(start_path, dict(start_accuracy=acc))
+  metrics_path = os.path.join(run_dir, "metrics.json")
+  if not os.path.exists(metrics_path):
+    train.train_and_evaluate(c, run_dir)
+  return dict(_read(metrics_path), **_read(start_path), name=name)
+
+
+def run(config, workdir):
+  """The whole experiment, resumable: every finished run is kept."""
+  check_config(config)
+  paths = [os.path.join(workdir, f"learnability.{e}") for e in ("json", "md")]
+  reports.refuse_existing(paths, config.overwrite)
+  params, spec, tconfig, task, step = _ensure_target(config, workdir)
+  tbatches = train.eval_batches(tconfig, task, "test")
+  target_preds = compiled.predictions(params, spec, tbatches)
+  programs, rows, per_run = {}, [], {}
+  for construction in config.constructions:
+    ut_params, ut_spec, creport = compiled.compile_model(
+        params,
+        spec,
+        construction,
+        m_factor=config.m_factor,
+        seed=config.ut_seed,
+    )
+    _save_program(
+        os.path.join(workdir, "programs", f"{construction}.npz"), ut_params
+    )
+    programs[construction] = dict(
+        m=ut_spec.model_width,
+        cond=getattr(creport, "cond", None),
+        **compiled.compare(
+            target_preds,
+            compiled.predictions(ut_params, ut_spec, tbatches),
+            tbatches,
+        ),
+    )
+    logging.info("%s program: %s", construction, programs[construction])
+    for noise in [None] + list(config.noises):
+      results = [
+          _run(config, workdir, construction, ut_params, ut_spec, noise, s)
+          for s in config.seeds
+      ]
+      per_run.update({r["name"]: r["test_accuracy"] for r in results})
+      rows.append(_row(construction, ut_spec, noise, results))
+  result = dict(
+      target=dict(
+          step=step,
+          test_accuracy=_read(
+              os.path.join(workdir, "target", "metrics.json")
+          ).get("test_accuracy"),
+          width=spec.width,
+          heads=spec.num_heads,
+          layers=spec.num_layers,
+          head_width=spec.head_width,
+      ),
+      programs=programs,
+      rows=rows,
+      per_run=per_run,
+      provenance=reports.provenance(config),
+  )
+  reports.write_json(paths[0], result)
+  reports.write_text(paths[1], markdown(result))
+  plots.learnability(result).savefig(
+      os.path.join(workdir, "learnability.png"), dpi=120
+  )
+  return result
+
+
+def _row(construction, ut_spec, noise, results):
+  test = np.array([r["test_accuracy"] for r in results])
+  start = np.array([r["start_accuracy"] for r in results])
+  wins = [r for r in results if r["test_accuracy"] >= SUCCESS]
+  first = [r["steps_to_99"] for r in wins if r.get("steps_to_99") is not None]
+  return dict(
+      ut=construction,
+      m=ut_spec.model_width,
+      start=start_name(noise),
+      noise=noise,
+      seeds=len(results),
+      start_mean=float(start.mean()),
+      test_mean=float(test.mean()),
+      test_std=float(test.std(ddof=1)) if len(test) > 1 else math.nan,
+      successes=len(wins),
+      median_steps_to_99=float(np.median(first)) if first else None,
+      max_steps=max(r["step"] for r in results),
+      runs=";".join(r["name"] for r in results),
+  )
+
+
+def markdown(result):
+  t = result["target"]
+  lines = [
+      f"Target: trained attention-only, d={t['width']}, H={t['heads']}, "
+      f"L={t['layers']}, head width {t['head_width']}; test accuracy "
+      f"{100 * t['test_accuracy']:.2f}% (step {t['step']}).",
+      "",
+      "Compiled programs, no gradient step (test set of the target):",
+      "",
+      reports.format_table(
+          [dict(ut=k, **v) for k, v in result["programs"].items()],
+          floatfmt="{:.5g}",
+      ),
+      "",
+      "Training E and U from a random start or from the compiled program "
+      "plus noise (accuracies in %, test set of each run's seed):",
+      "",
+  ]
+  table = []
+  for r in result["rows"]:
+    table.append(
+        dict(
+            ut=r["ut"],
+            m=r["m"],
+            start=r["start"],
+            seeds=r["seeds"],
+            start_acc=f"{100 * r['start_mean']:.1f}",
+            test=f"{100 * r['test_mean']:.2f} ± {100 * r['test_std']:.2f}",
+            **{"≥99%": f"{r['successes']}/{r['seeds']}"},
+            median_step_to_99=r["median_steps_to_99"],
+            max_steps=r["max_steps"],
+        )
+    )
+  lines.append(reports.format_table(table, floatfmt="{:.3g}"))
+  return "\n".join(lines) + "\n"
+
+
+def check_config(config):
+  """A UserError naming the first field of a learnability config that
+  cannot work."""
+  t = config.target
+  if t.model.kind != "trained" or t.model.variant != "attn":
+    raise UserError(
+        f"config.target must train an attention-only model (model.kind="
+        f"trained, model.variant=attn); got {t.model.kind}/{t.model.variant}"
+    )
+  for c in config.constructions:
+    if c not in ("sparse", "random"):
+      raise UserError(
+          f"config.constructions has {c!r}; use sparse and/or random"
+      )
+  for s in config.noises:
+    if (
+        isinstance(s, bool)
+        or not isinstance(s, (int, float))
+        or not (0 <= s < math.inf)
+    ):
+      raise UserError(
+          f"config.noises has {s!r}; use numbers >= 0 (relative noise sizes)"
+      )
+  if not config.seeds or len(set(config.seeds)) != len(config.seeds):
+    raise UserError(
+        f"config.seeds={tuple(config.seeds)!r}; use distinct seeds, e.g. 0,1,2"
+    )
+  if not isinstance(config.ut_train, ml_collections.ConfigDict):
+    raise UserError("config.ut_train must be a section of train fields")
+  for key in config.ut_train:
+    if key not in t.train:
+      raise UserError(
+          f"config.ut_train.{key}: no such train field "
+          f"(fields: {', '.join(sorted(t.train))})"
+      )
