@@ -1,6 +1,6 @@
 r"""The Dyck-1 table: the paper's rows (ROWS), mixes `za` and `hard`, 3 seeds each.
 
-  python -m launch.sweep --config=configs/dyck_table.py --workdir=results/dyck
+  python -m launch.sweep --config=configs/dyck_table.py --workdir=results/dyck_v2
   python -m launch.sweep --config=configs/dyck_table.py:mixes=za,seeds=5 --workdir=W
   python -m launch.sweep --config=configs/dyck_table.py:smoke --workdir=/tmp/t  # CI size
 

@@ -1,7 +1,7 @@
 r"""The k-hop table under the protocol of configs/khop.py, with the
 hyperparameters chosen on validation seeds.
 
-  python -m launch.sweep --config=configs/khop_table.py --workdir=results/khop
+  python -m launch.sweep --config=configs/khop_table.py --workdir=results/khop_v2
   python -m launch.sweep --config=configs/khop_table.py:ks=2,kinds=sparse --workdir=W
   python -m launch.sweep --config=configs/khop_table.py:smoke --workdir=/tmp/t  # CI size
 

@@ -15,9 +15,11 @@ full   the results as reported: simulate (bounds and errors), threshold
        (figure), the compiled-UT reports on Dyck and on k-hop with k = 1, the
        trivial k-hop predictors, the selection sweeps on validation seeds,
        then the k-hop and Dyck tables that read their choices, the counting
-       baseline, seeds over machines and trainability against width. Every
-       run trains to its protocol's stopping rule (docs/results.md): many
-       core-hours on a 2-core CPU (each step's time is recorded).
+       baseline, seeds over machines, trainability against width and the
+       learnability gap. Every run trains to its protocol's stopping rule
+       (docs/results.md): many core-hours on a 2-core CPU (each step's time
+       is recorded); the learnability gap's random UT (m = 2880) needs an
+       accelerator.
 quick  the same pipeline at smoke size (4 training steps, 1 seed, one mix,
        k = 2): checks that every step runs, in a few minutes. Its numbers mean
        nothing.
@@ -110,15 +112,17 @@ def get_config(arg="full"):
           None,
           ["--workers={workers}"],
       ),
+      # The tables under the current protocols (results/khop and
+      # results/dyck hold the earlier ones).
       _step(
-          "khop",
+          "khop_v2",
           "launch.sweep",
           "configs/khop_table.py" + grid + (",ks=2" if quick else ""),
           None,
           ["--workers={workers}"],
       ),
       _step(
-          "dyck",
+          "dyck_v2",
           "launch.sweep",
           "configs/dyck_table.py" + grid + (",mixes=za" if quick else ""),
           None,
@@ -130,7 +134,13 @@ def get_config(arg="full"):
           None,
           "counting_baseline.json",
           ["--seeds=1", "--steps=200"] if quick else [],
-          workdir="dyck",
+          workdir="dyck_v2",
+      ),
+      _step(
+          "learnability",
+          "launch.learnability",
+          "configs/learnability.py" + smoke,
+          "learnability.json",
       ),
       _step(
           "machines",

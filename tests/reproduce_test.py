@@ -79,17 +79,18 @@ class ReproduceTest(absltest.TestCase):
         "threshold/threshold.png",
         "compiled_dyck/compiled_ut.json",
         "compiled_khop1/compiled_ut.json",
-        "dyck/counting_baseline.md",
+        "dyck_v2/counting_baseline.md",
         "khop_baselines/baselines.json",
         "khop_select/selection.json",
         "khop_select_uts/selection.json",
         "dyck_select/selection.json",
-        "khop/curves.png",
+        "khop_v2/curves.png",
         "machines/machines.md",
         "width/width.png",
+        "learnability/learnability.png",
     ):
       self.assertTrue(os.path.exists(os.path.join(tmp, name)), name)
-    for table in ("dyck", "khop"):
+    for table in ("dyck_v2", "khop_v2"):
       with open(os.path.join(tmp, table, "table.json")) as f:
         got = json.load(f)
       self.assertEqual(got["missing_runs"], [])
