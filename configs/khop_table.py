@@ -67,7 +67,7 @@ PAPER = {
 
 
 def _selected(kind, variant, k):
-  """(lr, embed_scale) that the selection sweeps chose for this cell."""
+  """(lr, embed_scale, schedule) the selection sweeps chose for this cell."""
   which = "trained" if kind == "trained" else "ut"
   chosen = tables.chosen(
       ROOT,
@@ -79,7 +79,8 @@ def _selected(kind, variant, k):
   want = (kind, variant, k) if which == "trained" else (kind, "res_ln", 2)
   for c in chosen:
     if (c["kind"], c["variant"], c["data"]["k"]) == want:
-      return c["lr"], c["embed_scale"]
+      # Selections made before the schedule was a choice ran "constant".
+      return c["lr"], c["embed_scale"], c.get("schedule", "constant")
   raise common.UserError(
       f"{SELECTIONS[which]} has no choice for kind={want[0]}, "
       f"variant={want[1]}, k={want[2]}: rerun its selection sweep with that "
@@ -92,8 +93,9 @@ def get_config(arg=None):
   if "smoke" not in common.given(arg):
     kind, variant = config.model.kind, config.model.variant
     k = config.data.k
-    lr, scale = _selected(kind, variant, k)
+    lr, scale, schedule = _selected(kind, variant, k)
     config.train.lr = lr
+    config.train.schedule = schedule
     if "embed_scale" not in common.given(arg):
       config.model.embed_scale = scale
   return config

@@ -105,6 +105,26 @@ class SelectionTest(absltest.TestCase):
       self.assertFalse({c.seed for _, c in runs} & table_seeds, name)
       self.assertGreater(len({c.train.lr for _, c in runs}), 1, name)
 
+  def test_attention_only_trained_model_also_tries_a_cosine_schedule(self):
+    runs = sweep.collect_runs(_module("khop_select.py"), None)
+    cosine = {
+        (c.model.kind, c.model.variant, c.train.lr)
+        for _, c in runs
+        if c.train.schedule == "cosine"
+    }
+    self.assertEqual(
+        cosine, {("trained", "attn", 1e-3), ("trained", "attn", 3e-4)}
+    )
+    # Every cosine run has its constant twin (same cell, lr and seed).
+    constant = {
+        (c.model.variant, c.data.k, c.train.lr, c.seed)
+        for _, c in runs
+        if c.train.schedule == "constant"
+    }
+    for _, c in runs:
+      if c.train.schedule == "cosine":
+        self.assertIn((c.model.variant, c.data.k, c.train.lr, c.seed), constant)
+
 
 class ChooseTest(absltest.TestCase):
 
@@ -134,6 +154,38 @@ class ChooseTest(absltest.TestCase):
     }
     self.assertEqual(chosen[2], (3e-4, [3e-4, 3e-3, 1e-3]))
     self.assertEqual(chosen[3], (3e-4, [3e-4, 1e-3, 3e-3]))
+
+  def test_report_records_the_chosen_schedule_and_scale(self):
+    workdir = self.create_tempdir().full_path
+    rows = []
+    for name, schedule, successes in (("a", "constant", 1), ("b", "cosine", 2)):
+      os.makedirs(os.path.join(workdir, "runs", name))
+      config = dict(model=dict(embed_scale=0.3), train=dict(schedule=schedule))
+      with open(os.path.join(workdir, "runs", name, "metrics.json"), "w") as f:
+        json.dump(dict(config=config), f)
+      rows.append(
+          dict(
+              kind="trained",
+              variant="attn",
+              width=64,
+              data=json.dumps(dict(k=4)),
+              lr=1e-3,
+              successes=successes,
+              median_steps_to_99=1000.0,
+              accuracy_mean=0.99,
+              seeds=2,
+              runs=name,
+          )
+      )
+    selection.report(workdir, rows)
+    with open(os.path.join(workdir, "selection.json")) as f:
+      (chosen,) = json.load(f)["chosen"]
+    self.assertEqual(
+        (chosen["schedule"], chosen["embed_scale"], chosen["successes"]),
+        ("cosine", 0.3, 2),
+    )
+    with open(os.path.join(workdir, "selection.md")) as f:
+      self.assertIn("schedule", f.readline())
 
 
 class CurvesTest(absltest.TestCase):

@@ -516,6 +516,7 @@ class SweepTest(absltest.TestCase):
                   data=dict(k=2),
                   lr=3e-3,
                   embed_scale=1.0,
+                  schedule="cosine",
               )
           ],
           "ut": [
@@ -542,14 +543,19 @@ class SweepTest(absltest.TestCase):
           json.dump(dict(chosen=chosen), f)
       runs = sweep.collect_runs(module, grid)
       got = {
-          (c.model.kind, c.model.variant): (c.train.lr, c.model.embed_scale)
+          (c.model.kind, c.model.variant): (
+              c.train.lr,
+              c.model.embed_scale,
+              c.train.schedule,
+          )
           for _, c in runs
       }
+      # A choice without a schedule was made at the constant lr.
       self.assertEqual(
           got,
           {
-              ("sparse", "res_ln"): (1e-2, 0.3),
-              ("trained", "res_ln_mlp"): (3e-3, 1.0),
+              ("sparse", "res_ln"): (1e-2, 0.3, "constant"),
+              ("trained", "res_ln_mlp"): (3e-3, 1.0, "cosine"),
           },
       )
       # An explicit embed_scale wins over the selection's.

@@ -64,13 +64,20 @@ def markdown(choices, params):
 
 def report(workdir, rows):
   """selection.md and selection.json in a selection sweep's workdir: per cell
-  (kind, variant, data, and model width), the lr and embed_scale chosen."""
-  for row in rows:  # Run names carry embed_scale; read it from a run's config.
+  (kind, variant, data, and model width), the lr, schedule and embed_scale
+  chosen."""
+  for row in rows:  # Read embed_scale and the schedule from a run's config.
     name = row["runs"].split(";")[0]
     with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
-      row["embed_scale"] = json.load(f)["config"]["model"]["embed_scale"]
+      config = json.load(f)["config"]
+    row["embed_scale"] = config["model"]["embed_scale"]
+    row["schedule"] = config["train"].get("schedule", "cosine")
   choices = choose(rows, ("kind", "variant", "width", "data"))
-  params = dict(lr=lambda r: r["lr"], embed_scale=lambda r: r["embed_scale"])
+  params = dict(
+      lr=lambda r: r["lr"],
+      schedule=lambda r: r["schedule"],
+      embed_scale=lambda r: r["embed_scale"],
+  )
   reports.write_text(
       os.path.join(workdir, "selection.md"), markdown(choices, params) + "\n"
   )
@@ -84,6 +91,7 @@ def report(workdir, rows):
                   width=best["width"],
                   data=json.loads(best["data"]),
                   lr=best["lr"],
+                  schedule=best["schedule"],
                   embed_scale=best["embed_scale"],
                   successes=best["successes"],
                   seeds=best["seeds"],
