@@ -71,12 +71,16 @@ def get_config(arg=None):
   config.constructions = tuple(args["uts"].split("+"))
   config.m_factor = 1.25
   config.ut_seed = 0
-  config.embed_scale = 1.0  # The random start's E (models.init).
   config.noises = (0.0, 0.01, 0.1, 0.3, 1.0, 3.0)
   config.seeds = (0, 1, 2)
-  config.ut_train = ml_collections.ConfigDict(
-      dict(lr=1e-2, plateau_evals=6, plateau_delta=0.002)
+  # The UT runs' protocol: configs/khop.py's (its kind, shapes and seed are
+  # set per run from the compiled UT), lr 1e-2 and a plateau stop.
+  config.ut = khop.get_config(
+      f"model=sparse,variant=attn,k={args['k']}" + smoke
   )
+  config.ut.train.lr = 1e-2
+  config.ut.train.plateau_evals = 6
+  config.ut.train.plateau_delta = 0.002
   config.overwrite = False
   if args["smoke"]:
     config.noises = (0.0, 1.0)

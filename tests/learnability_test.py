@@ -49,7 +49,7 @@ class LearnabilityRunTest(absltest.TestCase):
         name = f"{ut}_noise=0_seed={seed}"
         with open(os.path.join(self.workdir, "runs", name, "start.json")) as f:
           got = json.load(f)["start_accuracy"]
-        run_config = self.config.target.copy_and_resolve_references()
+        run_config = self.config.ut.copy_and_resolve_references()
         run_config.seed = seed
         want = train.test_metrics(params, spec, run_config, task)
         self.assertAlmostEqual(got, want["test_accuracy"], places=6, msg=name)
@@ -102,6 +102,18 @@ class NoisyProgramTest(absltest.TestCase):
     a = learnability.noisy_program(program, 0.3, seed=1)
     b = learnability.noisy_program(program, 0.3, seed=2)
     self.assertFalse(np.array_equal(a["embed/token"], b["embed/token"]))
+
+  def test_ut_runs_follow_the_khop_protocol_not_the_targets(self):
+    config = learnability_config.get_config()
+    protocol = khop_config.get_config("model=sparse,variant=attn,k=2")
+    self.assertEqual(config.target.train.schedule, "cosine")
+    ut_spec = _spec(protocol)
+    c = learnability.ut_config(config, ut_spec, "sparse", seed=2)
+    for field in ("schedule", "steps", "stop_accuracy", "stop_evals"):
+      self.assertEqual(c.train[field], protocol.train[field], field)
+    self.assertEqual(c.train.lr, 1e-2)
+    self.assertEqual((c.seed, c.model.kind), (2, "sparse"))
+    self.assertEqual(c.data.to_dict(), config.target.data.to_dict())
 
   def test_bad_config_is_user_error(self):
     config = learnability_config.get_config("smoke")

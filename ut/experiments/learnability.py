@@ -60,9 +60,11 @@ def start_name(noise):
 
 
 def ut_config(config, ut_spec, construction, seed):
-  """The training config of one UT run: the target's task and data, the UT's
-  shapes (ut_spec), E and U trained, config.ut_train over the train section."""
-  c = config.target.copy_and_resolve_references()
+  """The training config of one UT run: config.ut (the UTs' protocol) with
+  the target's task and data, the UT's kind and shapes (ut_spec) and `seed`."""
+  c = config.ut.copy_and_resolve_references()
+  c.task = config.target.task
+  c.data = config.target.data.copy_and_resolve_references()
   c.seed = seed
   c.model.kind = construction
   c.model.variant = "attn"
@@ -75,8 +77,6 @@ def ut_config(config, ut_spec, construction, seed):
   else:
     c.model.m = ut_spec.m
     c.model.head_width = ut_spec.head_width
-  c.model.embed_scale = config.embed_scale
-  c.train.update(config.ut_train.to_dict())
   c.compiled = ""
   return c
 
@@ -275,11 +275,10 @@ def check_config(config):
     raise UserError(
         f"config.seeds={tuple(config.seeds)!r}; use distinct seeds, e.g. 0,1,2"
     )
-  if not isinstance(config.ut_train, ml_collections.ConfigDict):
-    raise UserError("config.ut_train must be a section of train fields")
-  for key in config.ut_train:
-    if key not in t.train:
-      raise UserError(
-          f"config.ut_train.{key}: no such train field "
-          f"(fields: {', '.join(sorted(t.train))})"
-      )
+  if not isinstance(config.ut, ml_collections.ConfigDict) or "train" not in (
+      config.ut
+  ):
+    raise UserError(
+        "config.ut must be a training config (the UT runs' protocol)"
+    )
+  train.check_schedule(config.ut)
