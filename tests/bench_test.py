@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -283,3 +284,41 @@ class DpBenchTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class AllocBenchTest(absltest.TestCase):
+
+  def test_faults_are_counted_per_call(self):
+    from benchmarks import alloc_bench  # pylint: disable=g-import-not-at-top
+
+    pages = 4 * 2**20 // os.sysconf("SC_PAGE_SIZE")
+    rows = {r["op"]: r for r in alloc_bench.in_process(4, repeats=3)}
+    # Writing in place maps no new page; a fresh output can, but never more
+    # than its pages and the call's own small allocations.
+    self.assertEqual(rows["jax a*2+1, donated"]["faults_per_call"], 0)
+    for row in rows.values():
+      self.assertEqual(row["pages"], pages)
+      self.assertLessEqual(row["faults_per_call"], pages + 64)
+      self.assertGreater(row["gb_per_s"], 0)
+
+  @pytest.mark.slow
+  def test_children_report_each_allocator(self):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.alloc_bench",
+            "--mb=1",
+            "--repeats=1",
+            "--step=none",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    table = proc.stdout.split("by allocator:")[1]
+    for name in ("glibc", "glibc+tune_malloc", "glibc+hugetlb"):
+      self.assertRegex(table, rf"\n{re.escape(name)} \| [0-9.]+ \|")
