@@ -38,6 +38,10 @@ class LearnabilityRunTest(absltest.TestCase):
     for ut, program in self.result["programs"].items():
       self.assertEqual(program["agreement"], 1.0, ut)
       self.assertEqual(program["ut_accuracy"], program["target_accuracy"])
+      saved = np.load(os.path.join(self.workdir, "programs", f"{ut}.npz"))
+      tables = [saved["embed/token"], saved["embed/position"]]
+      want = np.sqrt(np.mean(np.concatenate([t.ravel() for t in tables]) ** 2))
+      self.assertAlmostEqual(program["e_rms"], float(want), places=5)
 
   def test_noise_zero_starts_at_the_targets_accuracy(self):
     # Independent of the UT: the target itself scored on each run's test set.

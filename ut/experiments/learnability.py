@@ -152,6 +152,15 @@ def run(config, workdir):
     programs[construction] = dict(
         m=ut_spec.model_width,
         cond=getattr(creport, "cond", None),
+        # The scale of the program's E beside a random start's (embed_scale).
+        e_rms=math.sqrt(
+            np.mean(
+                np.concatenate(
+                    [np.ravel(a) for a in ut_params["embed"].values()]
+                )
+                ** 2
+            )
+        ),
         **compiled.compare(
             target_preds,
             compiled.predictions(ut_params, ut_spec, tbatches),

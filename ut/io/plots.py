@@ -301,7 +301,8 @@ def run_curves(workdir, rows):
 
 def learnability(result):
   """Final test accuracy (%) against the relative noise on the compiled
-  program (log axis), one colour per UT: each seed a dot, the mean a line;
+  program (log axis), one colour per UT: each seed a dot, the mean a line,
+  the mean accuracy at the start (before training) dotted;
   the compiled program with no step (star at the left edge) and the runs
   from a random start (dashed line, band over their seeds) marked.
   `result`: learnability.json (ut/experiments/learnability.py)."""
@@ -329,6 +330,15 @@ def learnability(result):
       means.append(100 * r["test_mean"])
     m = mine[0]["m"] if mine else "?"
     ax.plot(xs, means, color=color, label=f"{ut} UT (m={m}): from E_c + noise")
+    ax.plot(
+        xs,
+        [100 * r["start_mean"] for r in mine],
+        color=color,
+        ls=":",
+        marker="x",
+        lw=1,
+        label=f"{ut} UT: E_c + noise before training",
+    )
     for r in result["rows"]:
       if r["ut"] == ut and r["noise"] is None:
         accs = [100 * a for a in _run_accuracies(result, r)]
