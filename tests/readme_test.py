@@ -59,7 +59,10 @@ class ReadmeTest(absltest.TestCase):
         ],
         names,
     )
-    self.assertIn("<!-- include: results/dyck/paper.md -->", _read("README.md"))
+    self.assertIn(
+        "<!-- include: results/learnability/learnability.md -->",
+        _read("README.md"),
+    )
     for name in names:
       text = _read(name)
       self.assertEqual(
