@@ -26,6 +26,9 @@ AdamW on the trainable leaves), timed interleaved in one process:
              dense {0,1} matrices (`sparse.to_dense`).
   torch      PyTorch eager, the same model, `scaled_dot_product_attention`
              (fused attention) and `torch.optim.AdamW`.
+  torch_last where `ut` computes the last layer for the last row only (Dyck:
+             its only label is there), the PyTorch step doing the same: the
+             same algorithm, so its ratio compares implementations.
 Before timing, the loss and the gradients of the trainable leaves of the three
 are compared (float32, relative to the largest entry); a mismatch stops the
 benchmark.
@@ -253,14 +256,21 @@ def textbook_step(case):
 # --- the PyTorch step ---------------------------------------------------------
 
 
-def torch_step(case):
-  """(step() -> loss, loss_and_grads()) for the same model in PyTorch eager."""
+def torch_step(case, last_only=False):
+  """(step() -> loss, loss_and_grads()) for the same model in PyTorch eager.
+
+  last_only (for a task whose labels all sit at the last position, as
+  Dyck's): the last layer computes its queries, attention output, residual,
+  MLP, LayerNorm and logits for the last row only, as `ut` does
+  (`models.apply(..., last_only=True)`): the same loss and gradients."""
   spec, tc = case.spec, case.config.train
   trainable, frozen = split_params(case)
   tp = {k: torch.tensor(v, requires_grad=True) for k, v in trainable.items()}
   fp = {k: torch.tensor(v) for k, v in frozen.items()}
   tokens = torch.tensor(np.asarray(case.batch["tokens"]), dtype=torch.long)
   labels = torch.tensor(np.asarray(case.batch["labels"]), dtype=torch.long)
+  if last_only:
+    labels = labels[:, -1:]
   valid = labels >= 0
   ln = spec.variant != "attn"
   norm = lambda z: F.layer_norm(z, z.shape[-1:], eps=1e-5)
@@ -271,10 +281,16 @@ def torch_step(case):
     z = p["token"][tokens] + p["position"][:t][None]
     for layer in range(spec.num_layers):
       x = norm(z) if ln else z
-      q = torch.einsum("btm,hmk->bhtk", x, p["wq"][layer])
+      last = last_only and layer == spec.num_layers - 1
+      # The last row attends to every row: no mask.
+      q = torch.einsum(
+          "btm,hmk->bhtk", x[:, -1:] if last else x, p["wq"][layer]
+      )
       k = torch.einsum("btm,hmk->bhtk", x, p["wk"][layer])
       v = torch.einsum("btm,hmv->bhtv", x, p["wv"][layer])
-      o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+      o = F.scaled_dot_product_attention(q, k, v, is_causal=not last)
+      if last:
+        z = z[:, -1:]
       out = (
           torch.einsum("bhtv,hvm->btm", o, p["wo"][layer])
           if "wo" in p
@@ -403,6 +419,8 @@ def measure(case, roofline, bandwidth):
   tb_step, tb_state, tb_grads = textbook_step(case)
   u_step, u_state, u_grads = ut_step(case)
   th = torch_step(case) if torch is not None else None
+  # A PyTorch step with ut's last-row algorithm, where ut uses it.
+  th_last = torch_step(case, True) if th and case.spec.last_only else None
   tb_loss, tb_g = tb_grads(tb_state[0])
   u_loss, u_g = u_grads(u_state.params)
   err = check_agree(
@@ -411,15 +429,26 @@ def measure(case, roofline, bandwidth):
       (float(u_loss), _ut_grads_as_split(case, u_g)),
       th[1]() if th else None,
   )
+  if th_last:
+    err = max(
+        err,
+        check_agree(
+            case,
+            (float(tb_loss), jax.device_get(tb_g)),
+            (float(u_loss), _ut_grads_as_split(case, u_g)),
+            th_last[1](),
+        ),
+    )
   flops = tb_step.lower(tb_state).compile().cost_analysis()
   flops = (flops[0] if isinstance(flops, list) else flops).get("flops", 0.0)
   states = {"ut": u_state, "textbook": tb_state}
 
   def block(name):
     def run():
-      if name == "torch":
+      if name.startswith("torch"):
+        fn = (th if name == "torch" else th_last)[0]
         for _ in range(_STEPS.value):
-          th[0]()
+          fn()
         return
       s = states[name]
       for _ in range(_STEPS.value):
@@ -429,7 +458,11 @@ def measure(case, roofline, bandwidth):
 
     return run
 
-  names = ["ut", "textbook"] + (["torch"] if th else [])
+  names = (
+      ["ut", "textbook"]
+      + (["torch"] if th else [])
+      + (["torch_last"] if th_last else [])
+  )
   for name in names:  # Warm-up (compiles).
     block(name)()
   times = {n: [] for n in names}
@@ -448,6 +481,8 @@ def measure(case, roofline, bandwidth):
       torch_ms=ms.get("torch", float("nan")),
       textbook_over_ut=ms["textbook"] / ms["ut"],
       torch_over_ut=ms.get("torch", float("nan")) / ms["ut"],
+      torch_last_ms=ms.get("torch_last", float("nan")),
+      torch_last_over_ut=ms.get("torch_last", float("nan")) / ms["ut"],
       flop_floor_ms=1e3 * flops / dot_rate,
       mem_floor_ms=1e3 * 11 * attn / bandwidth,
       fused_mem_floor_ms=1e3 * 6 * attn / bandwidth,

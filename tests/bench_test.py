@@ -286,13 +286,30 @@ if __name__ == "__main__":
   absltest.main()
 
 
+def _python(*args):
+  """`python args` (e.g. "-m", "benchmarks.alloc_bench") from the repository
+  root: the benchmarks' flags clash with each other in one process."""
+  return subprocess.run(
+      [sys.executable, *args],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      check=False,
+  )
+
+
 class AllocBenchTest(absltest.TestCase):
 
   def test_faults_are_counted_per_call(self):
-    from benchmarks import alloc_bench  # pylint: disable=g-import-not-at-top
-
+    proc = _python(
+        "-c",
+        "import json; from benchmarks import alloc_bench; "
+        "print(json.dumps(alloc_bench.in_process(4, repeats=3)))",
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     pages = 4 * 2**20 // os.sysconf("SC_PAGE_SIZE")
-    rows = {r["op"]: r for r in alloc_bench.in_process(4, repeats=3)}
+    rows = {r["op"]: r for r in json.loads(proc.stdout.splitlines()[-1])}
     # Writing in place maps no new page; a fresh output can, but never more
     # than its pages and the call's own small allocations.
     self.assertEqual(rows["jax a*2+1, donated"]["faults_per_call"], 0)
@@ -303,22 +320,57 @@ class AllocBenchTest(absltest.TestCase):
 
   @pytest.mark.slow
   def test_children_report_each_allocator(self):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.alloc_bench",
-            "--mb=1",
-            "--repeats=1",
-            "--step=none",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    proc = _python(
+        "-m", "benchmarks.alloc_bench", "--mb=1", "--repeats=1", "--step=none"
     )
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     table = proc.stdout.split("by allocator:")[1]
     for name in ("glibc", "glibc+tune_malloc", "glibc+hugetlb"):
       self.assertRegex(table, rf"\n{re.escape(name)} \| [0-9.]+ \|")
+
+
+class PeerBenchTest(absltest.TestCase):
+
+  def test_torch_last_row_step_equals_the_full_step(self):
+    pytest.importorskip("torch")  # The optional `bench` extra.
+    proc = _python(
+        "-c",
+        """
+import jax, numpy as np, torch
+from benchmarks import peer_bench
+torch.manual_seed(0)
+case = peer_bench.build("dyck_trained")
+case.batch = jax.tree.map(lambda a: a[:16], case.batch)
+assert case.spec.last_only
+full_loss, full = peer_bench.torch_step(case)[1]()
+last_loss, last = peer_bench.torch_step(case, last_only=True)[1]()
+err = max(
+    float(np.abs(last[k] - v).max()) / max(float(np.abs(v).max()), 1e-30)
+    for k, v in full.items()
+)
+print(abs(last_loss - full_loss), err)
+""",
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    loss_diff, grad_err = map(float, proc.stdout.split()[-2:])
+    self.assertLess(loss_diff, 1e-5)
+    self.assertLess(grad_err, 1e-5)
+
+  @pytest.mark.slow
+  def test_one_case_checks_agreement_and_reports_every_column(self):
+    proc = _python(
+        "-m",
+        "benchmarks.peer_bench",
+        "--case=dyck_sparse",
+        "--repeats=1",
+        "--steps=1",
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    row = json.loads(
+        next(l for l in proc.stdout.splitlines() if l.startswith("{"))
+    )
+    self.assertEqual(row["case"], "dyck_sparse")
+    self.assertGreater(row["ut_ms"], 0)
+    self.assertLess(row["max_grad_err"], 2e-4)
+    for key in ("torch_ms", "torch_last_ms", "fused_mem_floor_ms"):
+      self.assertIn(key, row)
