@@ -1,6 +1,7 @@
 """The learnability experiment: compiled programs as warm starts, noise sizes,
 resume; and config.train.init_params, the warm start it uses."""
 
+import csv
 import glob
 import json
 import os
@@ -63,6 +64,23 @@ class LearnabilityRunTest(absltest.TestCase):
       self.assertTrue(
           os.path.exists(os.path.join(self.workdir, f"learnability.{ext}"))
       )
+    # Each run's time, from its log: its steps over their logged rates.
+    for r in self.result["rows"]:
+      self.assertGreater(r["train_minutes"], 0)
+    name = self.result["rows"][0]["runs"].split(";")[0]
+    with open(
+        os.path.join(self.workdir, "runs", name, "train_metrics.csv")
+    ) as f:
+      rows = list(csv.DictReader(f))
+    steps = [0] + [int(r["step"]) for r in rows]
+    want = sum(
+        (b - a) / float(r["steps_per_sec"])
+        for a, b, r in zip(steps, steps[1:], rows)
+    )
+    self.assertAlmostEqual(
+        learnability.train_minutes(os.path.join(self.workdir, "runs", name)),
+        want / 60,
+    )
     metrics = sorted(
         glob.glob(os.path.join(self.workdir, "runs/*/metrics.json"))
     )

@@ -22,6 +22,7 @@ Layout of a workdir:
   learnability.{json,md,png}    the table and the figure
 """
 
+import csv
 import json
 import math
 import os
@@ -33,6 +34,7 @@ import numpy as np
 from ut.errors import UserError
 from ut.io import plots
 from ut.io import reports
+from ut.io import roofline as roofline_lib
 from ut.training import data as data_lib
 from ut.training import train
 from ut.training import trained_to_ut as compiled
@@ -98,6 +100,23 @@ def _save_program(path, params):
   np.savez(path, **{k: np.asarray(v) for k, v in flat.items()})
 
 
+def train_minutes(run_dir):
+  """Minutes the run's training steps took, from its train_metrics.csv
+  (steps between log rows over each row's steps_per_sec; one core; not
+  counting evaluation and compilation)."""
+  path = os.path.join(run_dir, "train_metrics.csv")
+  if not os.path.exists(path):
+    return math.nan
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  seconds, last = 0.0, 0
+  for row in rows:
+    step = int(row["step"])
+    seconds += (step - last) / float(row["steps_per_sec"])
+    last = step
+  return seconds / 60
+
+
 def _read(path):
   with open(path) as f:
     return json.load(f)
@@ -110,12 +129,14 @@ def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
   run_dir = os.path.join(workdir, "runs", name)
   os.makedirs(run_dir, exist_ok=True)
   c = ut_config(config, ut_spec, construction, seed)
+  start_path = os.path.join(run_dir, "start.json")
+  metrics_path = os.path.join(run_dir, "metrics.json")
   if noise is not None:
     init = os.path.join(run_dir, "init.npz")
-    if not os.path.exists(init):  # The same draw on every resume.
+    needed = not (os.path.exists(metrics_path) and os.path.exists(start_path))
+    if needed and not os.path.exists(init):  # The same draw on every resume.
       np.savez(init, **noisy_program(ut_params, noise, seed))
     c.train.init_params = init
-  start_path = os.path.join(run_dir, "start.json")
   if not os.path.exists(start_path):
     task = data_lib.make_task(c)
     spec = train.model_spec(c, task.info)
@@ -123,10 +144,14 @@ def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
     acc = train.test_metrics(start, spec, c, task)["test_accuracy"]
     logging.info("%s: test accuracy at the start %.4f", name, acc)
     reports.write_json(start_path, dict(start_accuracy=acc))
-  metrics_path = os.path.join(run_dir, "metrics.json")
   if not os.path.exists(metrics_path):
     train.train_and_evaluate(c, run_dir)
-  return dict(_read(metrics_path), **_read(start_path), name=name)
+  return dict(
+      _read(metrics_path),
+      **_read(start_path),
+      name=name,
+      train_minutes=train_minutes(run_dir),
+  )
 
 
 def run(config, workdir):
@@ -189,6 +214,9 @@ def run(config, workdir):
       programs=programs,
       rows=rows,
       per_run=per_run,
+      # The machine's speed when this report was written (the runs' own
+      # times are in each row's train_minutes).
+      dot_gflops=roofline_lib.rate(roofline_lib.make())[0] / 1e9,
       provenance=reports.provenance(config),
   )
   reports.write_json(paths[0], result)
@@ -216,6 +244,7 @@ def _row(construction, ut_spec, noise, results):
       successes=len(wins),
       median_steps_to_99=float(np.median(first)) if first else None,
       max_steps=max(r["step"] for r in results),
+      train_minutes=float(sum(r["train_minutes"] for r in results)),
       runs=";".join(r["name"] for r in results),
   )
 
@@ -251,9 +280,17 @@ def markdown(result):
             **{"≥99%": f"{r['successes']}/{r['seeds']}"},
             median_step_to_99=r["median_steps_to_99"],
             max_steps=r["max_steps"],
+            core_minutes=r["train_minutes"],
         )
     )
   lines.append(reports.format_table(table, floatfmt="{:.3g}"))
+  total = sum(r["train_minutes"] for r in result["rows"])
+  lines += [
+      "",
+      f"Training: {total:.0f} core-minutes in all (each run on one core; "
+      f"its training steps, from its log). 2048^2 float32 matmul when this "
+      f"report was written: {result['dot_gflops']:.0f} GFLOP/s.",
+  ]
   return "\n".join(lines) + "\n"
 
 
