@@ -5,8 +5,9 @@ the spread between programs (E, U initialisations) on one UT?
   python -m launch.sweep --config=configs/machines.py:smoke --workdir=/tmp/m  # CI size
 
 Two cells (issue 17): Dyck attention-only (za) and k-hop with res_ln at k = 2,
-each the random UT of its table (m = 256) under its task's protocol
-(configs/dyck.py, configs/khop.py). 3 UT draws (model.ut_seed 0, 1, 2) x 2
+each the random UT of its table (m = 256) with its table's config
+(configs/dyck_table.py, configs/khop_table.py: the task's protocol and the
+hyperparameters chosen on validation seeds; run the selection sweeps first). 3 UT draws (model.ut_seed 0, 1, 2) x 2
 program seeds (seed 10, 11: E, U and the data; not the table seeds, so that
 the draws here are not the table's runs). The sweep writes machines.md and
 machines.json: per cell, the mean, the std of the per-draw means (between
@@ -19,12 +20,14 @@ import os
 import numpy as np
 
 from configs import common
-from configs import dyck
-from configs import khop
+from configs import dyck_table
+from configs import khop_table
 
+# Each cell is its table's config (the table's protocol and the hyperparameters
+# its selection sweep chose on validation seeds).
 CELLS = {
-    "dyck": (dyck, "model=random,variant=attn,mix=za"),
-    "khop2": (khop, "model=random,variant=res_ln,k=2"),
+    "dyck": (dyck_table, "model=random,variant=attn,mix=za"),
+    "khop2": (khop_table, "model=random,variant=res_ln,k=2"),
 }
 UT_SEEDS = (0, 1, 2)
 PROGRAM_SEEDS = (10, 11)

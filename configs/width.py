@@ -12,8 +12,9 @@ d = k_u = 32: N = 512), k-hop with res_ln at k = 1 and k = 2 (L = k + 1;
 N of the residual class, 800 and 2528: the compiler's class closest to
 res_ln, which adds a LayerNorm it does not handle). ratios: m / N in
 {1/8, 1/4, 1/2, 1, 2}; 3 seeds, each a new UT draw (model.ut_seed = seed).
-Each run is its task's protocol (configs/dyck.py, configs/khop.py). Runs go
-narrowest first. The sweep writes width.png: final accuracy and the share of
+Each run is its table's config (configs/dyck_table.py, configs/khop_table.py:
+its task's protocol with the hyperparameters chosen on validation seeds; run
+the selection sweeps first). Runs go narrowest first. The sweep writes width.png: final accuracy and the share of
 seeds reaching 99% against m / N, with m = N marked.
 """
 
@@ -21,17 +22,22 @@ import json
 import os
 
 from configs import common
-from configs import dyck
-from configs import khop
+from configs import dyck_table
+from configs import khop_table
 from ut.core import bounds
 
+# Each cell is its table's config (the table's protocol and the hyperparameters
+# its selection sweep chose on validation seeds).
 CELLS = {
-    "dyck": ("configs/dyck.py", "model=random,variant=attn,mix=za", 2),
-    "khop1": ("configs/khop.py", "model=random,variant=res_ln,k=1", 2),
-    "khop2": ("configs/khop.py", "model=random,variant=res_ln,k=2", 3),
+    "dyck": ("configs/dyck_table.py", "model=random,variant=attn,mix=za", 2),
+    "khop1": ("configs/khop_table.py", "model=random,variant=res_ln,k=1", 2),
+    "khop2": ("configs/khop_table.py", "model=random,variant=res_ln,k=2", 3),
 }
 RATIOS = (0.125, 0.25, 0.5, 1.0, 2.0)
-_MODULES = {"configs/dyck.py": dyck, "configs/khop.py": khop}
+_MODULES = {
+    "configs/dyck_table.py": dyck_table,
+    "configs/khop_table.py": khop_table,
+}
 
 
 def threshold(cell):
@@ -43,7 +49,7 @@ def threshold(cell):
 
 
 def get_config(arg=None):
-  """configs/<task>.py's config for `cell=<name>,<its arguments>`."""
+  """configs/<task>_table.py's config for `cell=<name>,<its arguments>`."""
   cell, _, rest = (arg or "").partition(",")
   name = cell.partition("=")[2]
   if not cell.startswith("cell=") or name not in CELLS:
