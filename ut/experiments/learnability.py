@@ -91,13 +91,9 @@ def _ensure_target(config, workdir):
 
 
 def _save_program(path, params):
-  flat = {
-      "embed/token": params["embed"]["token"],
-      "embed/position": params["embed"]["position"],
-      "unembed": params["unembed"],
-  }
+  """The program as an init .npz (`config.train.init_params`' form)."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  np.savez(path, **{k: np.asarray(v) for k, v in flat.items()})
+  np.savez(path, **noisy_program(params, 0.0, seed=0))
 
 
 def train_minutes(run_dir):
