@@ -302,17 +302,23 @@ def _python(*args):
 class AllocBenchTest(absltest.TestCase):
 
   def test_faults_are_counted_per_call(self):
+    # 64 MB: above glibc's largest mmap threshold (32 MB), so that a fresh
+    # output is always freshly mapped.
     proc = _python(
         "-c",
         "import json; from benchmarks import alloc_bench; "
-        "print(json.dumps(alloc_bench.in_process(4, repeats=3)))",
+        "print(json.dumps(alloc_bench.in_process(64, repeats=3)))",
     )
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    pages = 4 * 2**20 // os.sysconf("SC_PAGE_SIZE")
+    pages = 64 * 2**20 // os.sysconf("SC_PAGE_SIZE")
     rows = {r["op"]: r for r in json.loads(proc.stdout.splitlines()[-1])}
-    # Writing in place maps no new page; a fresh output can, but never more
-    # than its pages and the call's own small allocations.
-    self.assertEqual(rows["jax a*2+1, donated"]["faults_per_call"], 0)
+    fresh = rows["jax a*2+1, fresh output"]["faults_per_call"]
+    donated = rows["jax a*2+1, donated"]["faults_per_call"]
+    # Writing in place maps no page of the output (at most a few faults of
+    # bookkeeping); a fresh output maps new ones, never more than its pages
+    # and a few.
+    self.assertLessEqual(donated, 8)
+    self.assertGreater(fresh, 4 * donated + 8)
     for row in rows.values():
       self.assertEqual(row["pages"], pages)
       self.assertLessEqual(row["faults_per_call"], pages + 64)

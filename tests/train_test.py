@@ -587,10 +587,14 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     ):
       with self.assertRaises(train.TrainingDiverged) as cm:
         train.train_and_evaluate(config, workdir)
-    # Nothing of the run goes on (the TensorBoard writer is closed too).
-    self.assertEqual(
-        [t.name for t in threading.enumerate() if t.ident not in threads], []
-    )
+    # Nothing of the run goes on (the TensorBoard writer is closed too). A
+    # closed multiprocessing queue's feeder thread (tensorboardX's) exits on
+    # its own, just after close(): wait for that; a writer left open would
+    # keep its thread alive past the wait.
+    new = [t for t in threading.enumerate() if t.ident not in threads]
+    for t in new:
+      t.join(timeout=10)
+    self.assertEqual([t.name for t in new if t.is_alive()], [])
     self.assertIsInstance(cm.exception, UserError)
     self.assertRegex(
         str(cm.exception),
