@@ -32,6 +32,7 @@ import ml_collections
 import numpy as np
 
 from ut.errors import UserError
+from ut.experiments import sweep
 from ut.io import plots
 from ut.io import reports
 from ut.io import roofline as roofline_lib
@@ -39,7 +40,6 @@ from ut.training import data as data_lib
 from ut.training import train
 from ut.training import trained_to_ut as compiled
 
-SUCCESS = 0.99
 SCRATCH = "scratch"
 
 
@@ -226,7 +226,7 @@ def run(config, workdir):
 def _row(construction, ut_spec, noise, results):
   test = np.array([r["test_accuracy"] for r in results])
   start = np.array([r["start_accuracy"] for r in results])
-  wins = [r for r in results if r["test_accuracy"] >= SUCCESS]
+  wins = [r for r in results if r["test_accuracy"] >= sweep.SUCCESS]
   first = [r["steps_to_99"] for r in wins if r.get("steps_to_99") is not None]
   return dict(
       ut=construction,
@@ -236,7 +236,7 @@ def _row(construction, ut_spec, noise, results):
       seeds=len(results),
       start_mean=float(start.mean()),
       test_mean=float(test.mean()),
-      test_std=float(test.std(ddof=1)) if len(test) > 1 else math.nan,
+      test_std=sweep.std(test),
       successes=len(wins),
       median_steps_to_99=float(np.median(first)) if first else None,
       max_steps=max(r["step"] for r in results),

@@ -12,6 +12,7 @@ import math
 import os
 
 from ut.io import reports
+from ut.training import train
 
 
 def _rank(row):
@@ -71,7 +72,8 @@ def report(workdir, rows):
     with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
       config = json.load(f)["config"]
     row["embed_scale"] = config["model"]["embed_scale"]
-    row["schedule"] = config["train"].get("schedule", "cosine")
+    # Runs recorded before the field existed: its default then (stored_config).
+    row["schedule"] = train.stored_config(config)["train"]["schedule"]
   choices = choose(rows, ("kind", "variant", "width", "data"))
   params = dict(
       lr=lambda r: r["lr"],

@@ -679,9 +679,9 @@ def aggregate(workdir, names):
             lr=c["train"]["lr"],
             seeds=len(results),
             accuracy_mean=float(acc.mean()),
-            accuracy_std=_std(acc),
+            accuracy_std=std(acc),
             test_mean=float(test.mean()),
-            test_std=_std(test),
+            test_std=std(test),
             successes=len(wins),
             median_steps_to_99=float(np.median(first)) if first else None,
             max_steps=max(r.get("step", 0) for r in results),
@@ -696,7 +696,8 @@ def aggregate(workdir, names):
   return rows
 
 
-def _std(values):
+def std(values):
+  """The sample std (ddof=1), nan for one value."""
   return float(values.std(ddof=1)) if len(values) > 1 else math.nan
 
 
