@@ -380,3 +380,75 @@ print(abs(last_loss - full_loss), err)
     self.assertLess(row["max_grad_err"], 2e-4)
     for key in ("torch_ms", "torch_last_ms", "fused_mem_floor_ms"):
       self.assertIn(key, row)
+
+
+class MicrobatchBenchTest(absltest.TestCase):
+  @pytest.mark.slow
+  def test_old_rule_and_candidates(self):
+    # In a child: the benchmarks' flags clash with peer_bench's here.
+    proc = _python(
+        "-c",
+        "import json; from benchmarks import microbatch_bench as b; "
+        "from ut.training import models; "
+        "s = models.ModelSpec; print(json.dumps(["
+        "b.old_rule(128, 61, s('trained', 'attn', 4, 61, 2, width=64)), "
+        "b.old_rule(32, 32, s('sparse', 'res_ln', 6, 32, 4, num_layers=5, "
+        "width=32)), b.candidates(128, (3,)), b.candidates(1000, ())]))",
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    trained, sparse_k4, c128, c1000 = json.loads(proc.stdout)
+    # The trained Dyck model's old count: 128 x 61 x 64 // 2^19 = 0 -> 1 (the
+    # new rule counts the attention scores: 8, tests/train_test.py).
+    self.assertEqual(trained, 1)
+    self.assertEqual(sparse_k4, 16)  # m = 4000: 32 x 32 x 4000 // 2^17 = 31.
+    self.assertEqual(c128, [1, 2, 3, 4, 8, 16, 32, 64, 128])
+    self.assertEqual(c1000, [1, 2, 4, 8, 20, 40, 100, 200, 500, 1000])
+
+  @pytest.mark.slow
+  def test_one_case_reports_rule_old_and_best(self):
+    proc = _python(
+        "-m", "benchmarks.microbatch_bench", "--case=khop_trained_3",
+        "--repeats=1",
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    row = json.loads(
+        next(l for l in proc.stdout.splitlines() if l.startswith("{"))
+    )
+    self.assertEqual((row["case"], row["batch"]), ("khop_trained_3", 32))
+    spec = models.ModelSpec("trained", "res_ln", 6, 32, 4, width=64)
+    self.assertEqual(row["rule"], train.default_microbatches(32, 32, spec))
+    times = {int(n): float(v) for n, v in
+             (p.split(":") for p in row["all_ms"].split())}
+    self.assertAlmostEqual(row["best_ms"], min(times.values()), delta=0.05)
+    self.assertAlmostEqual(row["rule_ms"], times[row["rule"]], delta=0.05)
+    self.assertLessEqual(row["best_ms"], row["rule_ms"])
+    self.assertLessEqual(row["best_ms"], row["old_ms"])
+
+  def test_unknown_case_is_one_line_error(self):
+    proc = _python("-m", "benchmarks.microbatch_bench", "--case=nope")
+    self.assertEqual(proc.returncode, 1)
+    self.assertEqual(proc.stderr.strip().count("\n"), 0, proc.stderr)
+    self.assertIn("--case='nope'", proc.stderr)
+
+
+class RecordTest(absltest.TestCase):
+  @pytest.mark.slow
+  def test_saves_output_keeps_it_and_writes_nothing_on_failure(self):
+    out = os.path.join(self.create_tempdir().full_path, "r.md")
+    ok = [sys.executable, "-c", "print('| a |')"]
+    proc = _python("-m", "benchmarks.record", f"--out={out}", "--", *ok)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    with open(out) as f:
+      text = f.read()
+    self.assertRegex(text, r"^```\n\$ .* -c .*# commit \S+, \d{4}-\d\d-\d\d, ")
+    self.assertIn("GFLOP/s before it\n\n| a |\n```\n", text)
+    again = _python("-m", "benchmarks.record", f"--out={out}", "--", *ok)
+    self.assertNotEqual(again.returncode, 0)
+    self.assertIn("--overwrite", again.stderr)
+    failed = os.path.join(os.path.dirname(out), "f.md")
+    bad = [sys.executable, "-c", "import sys; print('x'); sys.exit(3)"]
+    proc = _python("-m", "benchmarks.record", f"--out={failed}", "--", *bad)
+    self.assertEqual(proc.returncode, 3)
+    self.assertFalse(os.path.exists(failed))
+    with open(out) as f:
+      self.assertEqual(f.read(), text)

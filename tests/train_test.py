@@ -381,18 +381,38 @@ class TrainAndEvaluateTest(parameterized.TestCase):
       np.testing.assert_allclose(float(metrics["loss"]), loss, rtol=1e-5)
 
   def test_default_microbatches_by_state_size(self):
+    # A string counts T x width + H x T^2 elements (its attention scores); a
+    # part holds about 2^17 of them (sparse, trained) or 5 m^2 (random UT).
     spec = lambda kind, **kw: models.ModelSpec(kind, "res_ln", 6, 32, 4, **kw)
     sparse_k4 = spec("sparse", num_layers=5, width=32)  # m = 4000.
     self.assertEqual(sparse_k4.model_width, 4000)
+    # 32 x (32 x 4000 + 2 x 32^2) / 2^17 = 31.75: the largest divisor is 16.
     self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 16)
+    # 256 x (64 x 256 + 2 x 64^2) / (5 x 256^2) = 19.2.
     self.assertEqual(train.default_microbatches(256, 64, spec("random")), 16)
     self.assertEqual(
         train.default_microbatches(32, 32, spec("trained", width=64)), 1
     )
-    # An MLP's hidden width counts: 1024 tokens x (256 + 256) = 2 x 2^18.
     self.assertEqual(train.default_microbatches(32, 32, spec("random")), 1)
-    mlp = models.ModelSpec("random", "res_ln_mlp", 6, 32, 4, mlp_ratio=1)
-    self.assertEqual(train.default_microbatches(32, 32, mlp), 2)
+    # An MLP's hidden width counts: 64 x (64 x 512 + 2 x 64^2) / (5 x 256^2)
+    # = 8, against 4 without the MLP.
+    mlp = models.ModelSpec("random", "res_ln_mlp", 6, 64, 4, mlp_ratio=1)
+    self.assertEqual(train.default_microbatches(64, 64, mlp), 8)
+    self.assertEqual(train.default_microbatches(64, 64, spec("random")), 4)
+    # The attention scores count: 128 x (61 x 64 + 2 x 61^2) / 2^17 = 11.1
+    # (3.8 without them).
+    trained = models.ModelSpec("trained", "attn", 4, 61, 2, width=64)
+    self.assertEqual(train.default_microbatches(128, 61, trained), 8)
+    # The random UT's budget grows with m^2: 128 x (61 x 512 + 2 x 61^2) /
+    # (5 x 512^2) = 3.8.
+    wide = models.ModelSpec("random", "attn", 4, 61, 2, m=512)
+    self.assertEqual(train.default_microbatches(128, 61, wide), 2)
+    # A narrow random UT whose attention dominates runs one string a part
+    # (Zhong & Andreas's size: m = 16, 4 heads, T = 61).
+    narrow = models.ModelSpec(
+        "random", "res_ln_mlp", 4, 61, 2, num_heads=4, m=16, mlp_ratio=4
+    )
+    self.assertEqual(train.default_microbatches(1000, 61, narrow), 1000)
     # Always a divisor of the batch, and never more microbatches than strings.
     self.assertEqual(train.default_microbatches(30, 32, sparse_k4), 15)
     self.assertEqual(train.default_microbatches(2, 128, sparse_k4), 2)

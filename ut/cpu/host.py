@@ -20,17 +20,14 @@ import os
 
 import jax
 
-# Activation elements per microbatch (tokens x (model width + MLP hidden
-# width)), by model kind: see `microbatches`. Measured with one core per
-# process, as `launch.sweep`'s workers run (ms per step, this budget against
-# half as many parts): k-hop k = 4 res_ln_mlp (32 x 32 tokens, m = 4000) 160
-# against 165 (16 parts against 8), k = 3 res_ln_mlp 60 against 76, Dyck
-# res_ln_mlp 42 against 46, Dyck res_ln 7.6 against 9.2; the random UT with
-# res_ln_mlp (m = 256, F = 256) 42 against 62 at k-hop k = 4 (2 parts against
-# 1), and on Dyck 31 in 4 parts, 32 in 2, 50 in 1. The fixed-size benchmark
-# step (random attn, 256 x 64 tokens) runs as fast on 2 cores in 16 parts as
-# in 8 (benchmarks/train_bench.py --part=microbatches).
-MICROBATCH_ELEMENTS = {"sparse": 2**17, "random": 2**18, "trained": 2**19}
+# Activation elements per microbatch, by model kind: see `microbatches`. The
+# random UT's budget is RANDOM_BUDGET_PER_M2 x m^2: each part recomputes its
+# first layer's tables (sum_h E R_V,h, about (V + T) m^2 H multiply-adds,
+# ut.cpu.forward), so a wide random UT wants few large parts and a narrow one
+# many small ones. Fitted to measured steps (docs/performance.md,
+# "Microbatches"; python -m benchmarks.train_bench --part=microbatch_rule).
+MICROBATCH_ELEMENTS = {"sparse": 2**17, "trained": 2**17}
+RANDOM_BUDGET_PER_M2 = 5
 
 
 def on_cpu():
@@ -93,20 +90,24 @@ def compiler_options(settings):
   return dict(compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=""))
 
 
-def microbatches(batch_size, num_tokens, *, kind, width):
+def microbatches(batch_size, num_tokens, *, kind, width, num_heads, m=0):
   """How many equal parts a training step splits a (batch_size, num_tokens)
   batch into on CPU; 1 off CPU, where an accelerator wants the largest matmuls.
 
-  About MICROBATCH_ELEMENTS[kind] activation elements each, `width` per token
-  (the model width, plus the MLP's hidden width where there is an MLP): the
-  largest divisor of the batch size at most batch_size * num_tokens * width /
-  the budget. A part's activations then stay in the caches. The sparse kind's
-  step is memory-bound (routing moves the m-wide state with little
-  arithmetic) and gains from small parts.
+  A string's activations are counted as num_tokens * width (the model width,
+  plus the MLP's hidden width where there is an MLP) plus its attention
+  scores, num_heads * num_tokens^2. A part holds about the kind's budget of
+  them (MICROBATCH_ELEMENTS; for the random UT RANDOM_BUDGET_PER_M2 * m^2,
+  m its width), so that it stays in the caches: the answer is the largest
+  divisor of the batch size at most batch_size * elements / budget (at least
+  1; at most one string per part).
   """
   if not on_cpu():
     return 1
-  most = max(1, batch_size * num_tokens * width // MICROBATCH_ELEMENTS[kind])
-  return max(
-      n for n in range(1, min(most, batch_size) + 1) if batch_size % n == 0
-  )
+  if kind == "random":
+    budget = RANDOM_BUDGET_PER_M2 * m * m
+  else:
+    budget = MICROBATCH_ELEMENTS[kind]
+  elements = num_tokens * width + num_heads * num_tokens * num_tokens
+  most = max(1, min(batch_size, batch_size * elements // budget))
+  return max(n for n in range(1, most + 1) if batch_size % n == 0)

@@ -183,7 +183,14 @@ def default_microbatches(batch_size, num_tokens, spec):
   width = spec.model_width + (
       spec.mlp_hidden_width if spec.variant == "res_ln_mlp" else 0
   )
-  return host.microbatches(batch_size, num_tokens, kind=spec.kind, width=width)
+  return host.microbatches(
+      batch_size,
+      num_tokens,
+      kind=spec.kind,
+      width=width,
+      num_heads=spec.num_heads,
+      m=spec.model_width,
+  )
 
 
 def step_microbatches(config):
