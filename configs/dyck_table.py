@@ -1,4 +1,6 @@
-r"""The Dyck-1 table: the paper's rows (ROWS), mixes `za` and `hard`, 3 seeds each.
+r"""The Dyck-1 table: the paper's rows (ROWS), mixes `za` and `hard`, 3 seeds each,
+5 where the first 3 seeds' validation accuracies spread by more than 2 points
+(`more_seeds`, `spread`; the sweep adds them once the 3 are recorded).
 
   python -m launch.sweep --config=configs/dyck_table.py --workdir=results/dyck_v2
   python -m launch.sweep --config=configs/dyck_table.py:mixes=za,seeds=5 --workdir=W
@@ -72,21 +74,26 @@ ROWS = (
 )
 
 
-def sweep(add, arg=None):
-  args = tables.parse_grid(arg, mixes="za+hard", rows="paper")
+def sweep(add, arg=None, finished=None):
+  args = tables.parse_grid(
+      arg, mixes="za+hard", rows="paper", more_seeds=5, spread=2.0
+  )
   if args["rows"] == "all":
     tables.add_grid(add, args, "mix", args["mixes"])
     return
   if args["rows"] != "paper":
     raise common.UserError(f"rows={args['rows']!r}; use paper or all")
   rows = tables.paper_rows(ROWS, args)
+  smoke = ",smoke" if args["smoke"] else ""
   for mix in args["mixes"].split("+"):
     for row in rows:
-      for seed in range(args["seeds"]):
-        run = f"{row},mix={mix},seed={seed}" + (
-            ",smoke" if args["smoke"] else ""
-        )
-        add(run)
-        if args["compiled"] and row == "model=trained,variant=attn":
-          add(run, compiled="sparse")
-          add(run, compiled="random")
+      run_of_seed = lambda seed, row=row, mix=mix: (
+          f"{row},mix={mix},seed={seed}{smoke}"
+      )
+      names = [add(run_of_seed(seed)) for seed in range(args["seeds"])]
+      if args["compiled"] and row == "model=trained,variant=attn":
+        for seed in range(args["seeds"]):
+          add(run_of_seed(seed), compiled="sparse")
+          add(run_of_seed(seed), compiled="random")
+      # Five seeds where the first three disagree by more than two points.
+      tables.more_seeds(add, finished, names, run_of_seed, args)

@@ -39,6 +39,22 @@ def parse_grid(arg, **extra):
   return args
 
 
+def more_seeds(add, finished, names, run_of_seed, args):
+  """add() seeds args["seeds"] .. args["more_seeds"] - 1 of a cell (run_of_seed
+  (seed) -> its run) once its first runs (`names`) are recorded and their
+  validation accuracies spread by more than args["spread"] points. finished:
+  the sweep's `finished(name)` (None: plan the first seeds only)."""
+  if finished is None or args["more_seeds"] <= args["seeds"]:
+    return
+  recorded = [finished(n) for n in names]
+  if any(m is None or m.get("eval_accuracy") is None for m in recorded):
+    return
+  accuracies = [100 * m["eval_accuracy"] for m in recorded]
+  if max(accuracies) - min(accuracies) > args["spread"]:
+    for seed in range(args["seeds"], args["more_seeds"]):
+      add(run_of_seed(seed))
+
+
 def add_grid(add, args, axis, values, random_compiled_values=None):
   """add() one run per (axis value, kind, variant, seed) of the parsed grid,
   and compiled-UT runs: into the sparse UT for every axis value, into a random

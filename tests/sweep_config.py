@@ -5,14 +5,23 @@ whose loss becomes NaN, a healthy one, and a diverging target with its
 compiled-UT run; with `diverges_in_group`, a diverging and a healthy run in one
 shape group; with `long`, 2 runs of a million steps (for killing a sweep while
 it trains); with `hosts`, two shape groups of 3 and 2 runs, a diverging one
-among them (for a sweep over 4 devices in 2 processes)."""
+among them (for a sweep over 4 devices in 2 processes); with `adaptive`, 2
+seeds and, once both are recorded, a third whose learning rate is the first
+seed's final accuracy (a run that depends on recorded results)."""
 
 from configs import dyck
 
 get_config = dyck.get_config
 
 
-def sweep(add, arg=None):
+def sweep(add, arg=None, finished=None):
+  if arg == "adaptive":
+    names = [add(f"model=random,smoke,seed={seed}") for seed in range(2)]
+    recorded = [finished(n) for n in names] if finished else [None]
+    if all(recorded):
+      lr = round(recorded[0]["eval_accuracy"] / 100, 6)
+      add("model=random,smoke,seed=2", **{"train.lr": lr})
+    return
   if arg == "diverges":  # The first run's loss becomes NaN at step 3.
     add("model=random,smoke,seed=0", **{"train.lr": 1e30})
     add("model=trained,smoke,seed=0")

@@ -410,6 +410,61 @@ class SweepTest(absltest.TestCase):
     self.assertGreater(cost["model=sparse"], cost["model=random"])
     self.assertGreater(cost["model=random"], cost["model=trained"])
 
+  def test_adaptive_sweep_adds_runs_in_a_second_pass(self):
+    tmp = self.create_tempdir().full_path
+    sweep.run_sweep(os.path.join(ROOT, "tests", "sweep_config.py:adaptive"), tmp)
+    first = json.load(
+        open(os.path.join(tmp, "runs", "model=random_smoke_seed=0", "metrics.json"))
+    )
+    lr = round(first["eval_accuracy"] / 100, 6)
+    third = os.path.join(
+        tmp, "runs", f"model=random_smoke_seed=2_train.lr={lr}", "metrics.json"
+    )
+    self.assertTrue(os.path.exists(third), os.listdir(os.path.join(tmp, "runs")))
+    self.assertEqual(json.load(open(third))["lr"], lr)
+    with open(os.path.join(tmp, "table.json")) as f:
+      table = json.load(f)
+    self.assertEqual(sum(r["seeds"] for r in table["rows"]), 3)
+    self.assertEqual(table["missing_runs"], [])
+
+  def test_dyck_table_adds_seeds_where_seeds_disagree(self):
+    module = sweep.load_config_module(
+        os.path.join(ROOT, "configs", "dyck_table.py")
+    )
+
+    def plan(accuracy_of):
+      added = []
+      module.sweep(
+          lambda arg="", **kw: added.append(arg) or arg,
+          "smoke,mixes=za,compiled=false",
+          finished=lambda name: (
+              None
+              if accuracy_of(name) is None
+              else {"eval_accuracy": accuracy_of(name)}
+          ),
+      )
+      return added
+
+    base = plan(lambda name: None)
+    self.assertLen(base, 15)  # 5 rows x 3 seeds, none recorded yet.
+    # The sparse row spreads by 2.5 points, every other row by 1.5.
+    spread = lambda name: (
+        0.9 + 0.025 * int(name.split("seed=")[1][0]) / 2
+        if "model=sparse" in name
+        else 0.9 + 0.015 * int(name.split("seed=")[1][0]) / 2
+    )
+    added = [run for run in plan(spread) if run not in base]
+    self.assertEqual(
+        added,
+        [
+            "model=sparse,variant=attn,mix=za,seed=3,smoke",
+            "model=sparse,variant=attn,mix=za,seed=4,smoke",
+        ],
+    )
+    # A row whose seeds are not all recorded gets no more seeds yet.
+    partial = lambda name: None if "seed=2" in name else spread(name)
+    self.assertEqual([r for r in plan(partial) if r not in base], [])
+
   def test_dyck_table_has_the_papers_rows(self):
     module = sweep.load_config_module(
         os.path.join(ROOT, "configs", "dyck_table.py")

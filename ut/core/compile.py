@@ -65,7 +65,8 @@ def compile_sparse(
   b_all = targets_lib.bilinear_forms(target)
   v_all = targets_lib.value_maps(target)
   names = sparse.block_names(h, num_layers)
-  blocks = np.zeros((len(names), d, d))
+  # E's columns, block by block: embed[:, i] is the block of names[i].
+  blocks = np.zeros((d, len(names), d))
   c = {(): np.eye(d)}
   for j in range(1, num_layers + 1):
     for s in [s for s in c if len(s) == j - 1]:
@@ -73,11 +74,11 @@ def compile_sparse(
         c[s + (g,)] = c[s] @ v_all[j - 1, g]  # C_{s.g} = C_s V[|s|+1, g]
   for i, name in enumerate(names):
     if name[0] == "s":
-      blocks[i] = c[name[1]]
+      blocks[:, i] = c[name[1]]
     else:
       _, head, s = name
-      blocks[i] = np.sqrt(d) * c[s] @ b_all[len(s), head]
-  embed = blocks.transpose(1, 0, 2).reshape(d, len(names) * d)
+      blocks[:, i] = np.sqrt(d) * c[s] @ b_all[len(s), head]
+  embed = blocks.reshape(d, len(names) * d)
   report = CompileReport(
       "sparse",
       ut.m,

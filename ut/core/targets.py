@@ -20,6 +20,7 @@ with exactly these keys (optional ones have the defaults shown):
 """
 
 from collections.abc import Sequence
+import functools
 import os
 
 import flax.struct
@@ -134,16 +135,42 @@ def init(
   check_positive(
       H=num_heads, L=num_layers, d=width, k=head_width, kv=value_width
   )
-  h, d, k, kv = num_heads, width, head_width, value_width
+  if out_width is not None:
+    check_positive(d_out=out_width)
+  # Drawn in one compiled program, divided op by op as before (in a program
+  # XLA may fuse the division into the draw, a last bit away).
+  dtype = jnp.dtype(dtype)
+  wq, wk, wv, wo, wu = _draw(
+      key,
+      num_heads,
+      num_layers,
+      width,
+      head_width,
+      value_width,
+      out_width,
+      looped,
+      dtype,
+  )
+  scale = lambda fan_in: np.sqrt(fan_in).astype(dtype)
+  wq, wk, wv = (w / scale(width) for w in (wq, wk, wv))
+  wo = wo / scale(value_width * num_heads)
+  if out_width is not None:
+    wu = wu / scale(width)
+  return Target(
+      wq=wq, wk=wk, wv=wv, wo=wo, wu=wu, causal=causal, residual=residual
+  )
+
+
+@functools.partial(jax.jit, static_argnums=tuple(range(1, 9)))
+def _draw(key, h, num_layers, d, k, kv, out_width, looped, dtype):
+  """`init`'s weights before their 1/sqrt(fan-in), (wq, wk, wv, wo, wu): one
+  compiled program per shape, where op-by-op draws compile a dozen."""
   lp = 1 if looped else num_layers
   kq, kk, kv_, ko, ku = jax.random.split(key, 5)
-  normal = lambda key, shape, fan_in: (
-      jax.random.normal(key, shape, dtype) / np.sqrt(fan_in).astype(dtype)
-  )
-  wq = normal(kq, (lp, h, d, k), d)
-  wk = normal(kk, (lp, h, d, k), d)
-  wv = normal(kv_, (lp, h, d, kv), d)
-  wo = normal(ko, (lp, h, kv, d), kv * h)
+  wq = jax.random.normal(kq, (lp, h, d, k), dtype)
+  wk = jax.random.normal(kk, (lp, h, d, k), dtype)
+  wv = jax.random.normal(kv_, (lp, h, d, kv), dtype)
+  wo = jax.random.normal(ko, (lp, h, kv, d), dtype)
   if looped:
     wq, wk, wv, wo = (
         jnp.repeat(w, num_layers, axis=0) for w in (wq, wk, wv, wo)
@@ -151,11 +178,8 @@ def init(
   if out_width is None:
     wu = jnp.eye(d, dtype=dtype)
   else:
-    check_positive(d_out=out_width)
-    wu = normal(ku, (d, out_width), d)
-  return Target(
-      wq=wq, wk=wk, wv=wv, wo=wo, wu=wu, causal=causal, residual=residual
-  )
+    wu = jax.random.normal(ku, (d, out_width), dtype)
+  return wq, wk, wv, wo, wu
 
 
 def apply(

@@ -30,6 +30,7 @@ a one-process rerun of the same command.
 
 import functools
 import importlib.util
+import inspect
 import json
 import math
 import os
@@ -93,8 +94,15 @@ def _set(config, dotted, value):
   node[leaf] = value
 
 
-def collect_runs(module, arg=None):
-  """[(name, config)] from the module's sweep(add) (or sweep(add, arg))."""
+def collect_runs(module, arg=None, workdir=None):
+  """[(name, config)] from the module's sweep(add) (or sweep(add, arg)).
+
+  add() returns the run's name. A sweep that takes a keyword `finished` is
+  passed `finished(name)`: that run's recorded metrics in `workdir` (a dict),
+  or None while it is not recorded, so that it can add runs that depend on
+  results, e.g. more seeds where the first ones disagree; `run_sweep`
+  collects again after training until no run is added.
+  """
   runs = []
 
   def add(arg="", **overrides):
@@ -107,11 +115,15 @@ def collect_runs(module, arg=None):
         ",".join([arg] + [f"{k}={v}" for k, v in sorted(overrides.items())]),
     ).strip("_,")
     runs.append((name or "default", config))
+    return name or "default"
 
+  kwargs = {}
+  if "finished" in inspect.signature(module.sweep).parameters:
+    kwargs["finished"] = functools.partial(recorded_metrics, workdir)
   if arg is None:
-    module.sweep(add)
+    module.sweep(add, **kwargs)
   else:
-    module.sweep(add, arg)
+    module.sweep(add, arg, **kwargs)
   for name, config in runs:  # Fail before training anything.
     try:
       train.check_schedule(config)
@@ -287,23 +299,12 @@ def run_sweep(
   """
   module = load_config_module(config_path)
   arg = config_path.split(":", 1)[1] if ":" in config_path else None
-  runs = collect_runs(module, arg)
+  # Several JAX processes must plan the same runs: results do not steer them.
+  adaptive_dir = workdir if jax.process_count() == 1 else None
+  runs = collect_runs(module, arg, adaptive_dir)
   writer = jax.process_index() == 0
   if writer:  # Other processes do not write the cache either.
     use_compilation_cache(workdir)
-  groups = {}
-  for name, config in runs:
-    groups.setdefault(group_key(config), []).append((name, config))
-  done = _done_in_every_process(workdir, runs)
-  todo = sum(1 for name, _ in runs if not done[name])
-  logging.info(
-      "%d runs in %d shape groups; %d to do, %d device(s) in %d " "process(es)",
-      len(runs),
-      len(groups),
-      todo,
-      jax.device_count(),
-      jax.process_count(),
-  )
   started = time.time() if started is None else started
   vmapped = use_vmap(batching)
   logging.info(
@@ -312,89 +313,113 @@ def run_sweep(
       if vmapped
       else "one run after another (single CPU device)",
   )
-  mine = work_units(list(groups.values()), vmapped)
-  if worker is not None:  # Largest first; each unit goes to whoever is free.
-    mine = workers.worker_order(
-        mine,
-        worker[0],
-        worker[1],
-        cost=lambda unit: run_cost(unit[0][1]),
-        memory_bound=lambda unit: workers.memory_bound(unit[0][1].model.kind),
-    )
   claimed = 0
-  for members in mine:
-    # Another worker may have finished a unit since this one started.
-    pending = [
-        (n, c)
-        for n, c in members
-        if not done[n] and not (worker is not None and _done(workdir, n, c))
-    ]
-    if jax.process_count() > 1 and any(c.get("compiled") for _, c in pending):
-      # They train their target alone, with checkpoints, in process 0.
-      logging.warning(
-          "compiled-UT runs are left to a one-process run of the "
-          "same command, in the same workdir: %s",
-          ", ".join(n for n, c in pending if c.get("compiled")),
-      )
-      pending = [(n, c) for n, c in pending if not c.get("compiled")]
-    if not pending or aggregate_only:
-      continue
-    if worker is not None:
-      if not claim(worker[2], members[0][0]):
-        continue
-      claimed += 1
-      logging.info(
-          "worker %d of %d claimed %s (%d runs)",
+  while True:  # Passes: a sweep may add runs once others are recorded.
+    groups = {}
+    for name, config in runs:
+      groups.setdefault(group_key(config), []).append((name, config))
+    done = _done_in_every_process(workdir, runs)
+    todo = sum(1 for name, _ in runs if not done[name])
+    logging.info(
+        "%d runs in %d shape groups; %d to do, %d device(s) in %d " "process(es)",
+        len(runs),
+        len(groups),
+        todo,
+        jax.device_count(),
+        jax.process_count(),
+    )
+    mine = work_units(list(groups.values()), vmapped)
+    if worker is not None:  # Largest first; each unit goes to whoever is free.
+      mine = workers.worker_order(
+          mine,
           worker[0],
           worker[1],
-          members[0][0],
-          len(members),
+          cost=lambda unit: run_cost(unit[0][1]),
+          memory_bound=lambda unit: workers.memory_bound(unit[0][1].model.kind),
       )
-    start = time.perf_counter()
-    plain = [(n, c) for n, c in pending if not c.get("compiled")]
-    compiled_runs = [(n, c) for n, c in pending if c.get("compiled")]
-    pending = plain + compiled_runs
-    if vmapped and plain:
-      results = train_group([c for _, c in plain])
-    else:  # Each run is a plain training run, checkpointed in its own folder.
-      results = [_train_one(c, _run_dir(workdir, n)) for n, c in plain]
-    # A compiled run whose target diverged here is recorded, not retrained.
-    diverged = {
-        c.to_json_best_effort(): r["diverged"]
-        for (_, c), r in zip(plain, results)
-        if "diverged" in r
-    }
-    results += [
-        _compile_one(
-            c,
-            _target_dir(workdir, n, c, members),
-            diverged.get(_target_json(c)),
+    for members in mine:
+      # Another worker may have finished a unit since this one started.
+      pending = [
+          (n, c)
+          for n, c in members
+          if not done[n] and not (worker is not None and _done(workdir, n, c))
+      ]
+      if jax.process_count() > 1 and any(c.get("compiled") for _, c in pending):
+        # They train their target alone, with checkpoints, in process 0.
+        logging.warning(
+            "compiled-UT runs are left to a one-process run of the "
+            "same command, in the same workdir: %s",
+            ", ".join(n for n, c in pending if c.get("compiled")),
         )
-        for n, c in compiled_runs
-    ]
-    seconds = time.perf_counter() - start
-    for (name, config), result in zip(pending, results):
-      result.update(
-          name=name,
-          seed=config.seed,
-          lr=config.train.lr,
-          group_seconds=seconds,
-          group_size=len(pending),
-          run_seconds=seconds / len(pending),
-          vmapped=vmapped,
-          config=json.loads(config.to_json_best_effort()),
-          provenance=reports.provenance(),
+        pending = [(n, c) for n, c in pending if not c.get("compiled")]
+      if not pending or aggregate_only:
+        continue
+      if worker is not None:
+        if not claim(worker[2], members[0][0]):
+          continue
+        claimed += 1
+        logging.info(
+            "worker %d of %d claimed %s (%d runs)",
+            worker[0],
+            worker[1],
+            members[0][0],
+            len(members),
+        )
+      start = time.perf_counter()
+      plain = [(n, c) for n, c in pending if not c.get("compiled")]
+      compiled_runs = [(n, c) for n, c in pending if c.get("compiled")]
+      pending = plain + compiled_runs
+      if vmapped and plain:
+        results = train_group([c for _, c in plain])
+      else:  # Each run is a plain training run, checkpointed in its own folder.
+        results = [_train_one(c, _run_dir(workdir, n)) for n, c in plain]
+      # A compiled run whose target diverged here is recorded, not retrained.
+      diverged = {
+          c.to_json_best_effort(): r["diverged"]
+          for (_, c), r in zip(plain, results)
+          if "diverged" in r
+      }
+      results += [
+          _compile_one(
+              c,
+              _target_dir(workdir, n, c, members),
+              diverged.get(_target_json(c)),
+          )
+          for n, c in compiled_runs
+      ]
+      seconds = time.perf_counter() - start
+      for (name, config), result in zip(pending, results):
+        result.update(
+            name=name,
+            seed=config.seed,
+            lr=config.train.lr,
+            group_seconds=seconds,
+            group_size=len(pending),
+            run_seconds=seconds / len(pending),
+            vmapped=vmapped,
+            config=json.loads(config.to_json_best_effort()),
+            provenance=reports.provenance(),
+        )
+        if writer:
+          reports.write_json(_metrics_path(workdir, name), result)
+      logging.info(
+          "group done in %.1fs: %s",
+          seconds,
+          ", ".join(
+              f"{n}: {r['eval_accuracy']:.4f}"
+              for (n, _), r in zip(pending, results)
+          ),
       )
-      if writer:
-        reports.write_json(_metrics_path(workdir, name), result)
+    if aggregate_only:
+      break
+    again = collect_runs(module, arg, adaptive_dir)
+    if [n for n, _ in again] == [n for n, _ in runs]:
+      break
     logging.info(
-        "group done in %.1fs: %s",
-        seconds,
-        ", ".join(
-            f"{n}: {r['eval_accuracy']:.4f}"
-            for (n, _), r in zip(pending, results)
-        ),
+        "the sweep added %d runs from recorded results: another pass",
+        len(again) - len(runs),
     )
+    runs = again
   if worker is not None:
     logging.info(
         "worker %d of %d: trained %d of %d work units",
@@ -592,6 +617,15 @@ def _target_dir(workdir, name, config, members):
     ):
       return _run_dir(workdir, n)
   return os.path.join(_run_dir(workdir, name), "target")
+
+
+def recorded_metrics(workdir, name):
+  """The run's metrics.json as the sweep recorded it, or None."""
+  if workdir is None or not os.path.exists(_metrics_path(workdir, name)):
+    return None
+  with open(_metrics_path(workdir, name)) as f:
+    metrics = json.load(f)
+  return metrics if metrics.get("config") is not None else None
 
 
 def _done_in_every_process(workdir, runs):

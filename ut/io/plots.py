@@ -39,7 +39,7 @@ def finished_rows(config_path, workdir):
     rows = json.load(f)["rows"]
   module = sweep.load_config_module(config_path)
   arg = config_path.split(":", 1)[1] if ":" in config_path else None
-  wanted = {name for name, _ in sweep.collect_runs(module, arg)}
+  wanted = {name for name, _ in sweep.collect_runs(module, arg, workdir)}
   done = {name for r in rows for name in r["runs"].split(";")}
   if not wanted <= done:
     return None
