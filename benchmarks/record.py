@@ -6,7 +6,7 @@ r"""Runs a benchmark command and saves what it prints, with its provenance.
 For benchmarks that only print. The saved file starts with the command, the
 git commit, the date and the 2048^2 matmul speed measured just before the
 command runs (in this process, on the CPUs it is pinned to), then the command's
-standard output verbatim in a code block; the command's standard error is
+standard output verbatim; the command's standard error is
 passed through. An existing file is kept unless --overwrite is given; a failed
 command writes nothing and exits with its status.
 """
@@ -47,7 +47,7 @@ def main(argv):
       f"GFLOP/s before it"
   )
   os.makedirs(os.path.dirname(os.path.abspath(_OUT.value)), exist_ok=True)
-  reports.write_text(_OUT.value, f"```\n{head}\n\n{proc.stdout}```\n")
+  reports.write_text(_OUT.value, f"{head}\n\n{proc.stdout}")
 
 
 if __name__ == "__main__":
