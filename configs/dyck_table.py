@@ -97,3 +97,37 @@ def sweep(add, arg=None, finished=None):
           add(run_of_seed(seed), compiled="random")
       # Five seeds where the first three disagree by more than two points.
       tables.more_seeds(add, finished, names, run_of_seed, args)
+
+
+def report(workdir, rows):
+  """breakdown.md and breakdown.json: each row's test accuracy (seed mean, %)
+  by length bucket, by subset and on the short balanced strings, beside the
+  counting baseline on the same test set (ut.experiments.dyck_protocol)."""
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+
+  from ut.experiments import dyck_protocol  # pylint: disable=g-import-not-at-top
+  from ut.io import reports  # pylint: disable=g-import-not-at-top
+
+  by_row = {}
+  for r in rows:
+    data = json.loads(r["data"])
+    label = f"{r['kind']} {r['variant']} m={r['width']}"
+    for name in r["runs"].split(";"):
+      with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
+        by_row.setdefault((data["mix"], label), []).append(json.load(f))
+  tables = dyck_protocol.table_breakdowns(by_row)
+  reports.write_json(
+      os.path.join(workdir, "breakdown.json"),
+      dict(mixes=tables, provenance=reports.provenance()),
+  )
+  text = []
+  for mix, columns in tables.items():
+    text.append(
+        f"Test set of mix {mix}: accuracy (%, mean over each row's seeds) "
+        "by part, the counting baseline first\n"
+    )
+    text.append(
+        reports.format_table(dyck_protocol.breakdown_rows(columns)) + "\n"
+    )
+  reports.write_text(os.path.join(workdir, "breakdown.md"), "\n".join(text))

@@ -247,6 +247,18 @@ class PlotsTest(absltest.TestCase):
     self.assertLen(lines, 2 + len(ROWS))
     self.assertRegex(lines[3], r"90\.00 ± 5\.00 \|\s+85\.7-96\.1 \|")
     self.assertRegex(lines[4], r"35\.00 \|\s+about 30-40 \|")  # No std: 1 seed.
+    self.assertIn("validation", lines[3])
+    # Where the runs have a test accuracy, that is the one reported.
+    dyck_row = dict(
+        ROWS[0], data=json.dumps(dict(mix="za")), width=416,
+        test_mean=0.9339, test_std=0.0127, successes=0,
+    )
+    [line] = plots.beside_paper(
+        [dyck_row], {("za", "sparse", "res_ln"): "100"}, panel="mix"
+    ).splitlines()[2:]
+    self.assertRegex(
+        line, r"\| 416 \|\s+2 \|\s+test \| 93\.39 ± 1\.27 \|\s+100 \|\s+0/2 \|"
+    )
 
   def test_accuracy_bars(self):
     fig = plots.accuracy_bars(ROWS, "k", PAPER, title="k-hop")

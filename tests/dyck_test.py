@@ -556,3 +556,44 @@ class DefaultModelTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class TableBreakdownTest(absltest.TestCase):
+
+  def test_seed_mean_of_breakdowns_equals_the_pooled_count(self):
+    # On one test set every run's part has the same strings, so the mean of
+    # the runs' accuracies is the pooled share of correct predictions.
+    rng = np.random.default_rng(0)
+    texts = ["".join(rng.choice(list("()"), n)) for n in rng.integers(1, 31, 300)]
+    labels = np.array([dyck.is_balanced(t) for t in texts], int)
+    preds = [rng.integers(0, 2, len(texts)) for _ in range(3)]
+    runs = [dyck.breakdown(texts, labels, p, 30) for p in preds]
+    mean = dyck_protocol.mean_breakdown(runs)
+    pooled = dyck.breakdown(
+        texts * 3, np.tile(labels, 3), np.concatenate(preds), 30
+    )
+    self.assertAlmostEqual(mean["accuracy"], pooled["accuracy"])
+    for key in ("by_length", "by_subset"):
+      self.assertEqual(list(mean[key]), list(pooled[key]))
+      for part, cell in mean[key].items():
+        self.assertEqual(cell["num"] * 3, pooled[key][part]["num"])
+        if cell["accuracy"] is None:
+          self.assertIsNone(pooled[key][part]["accuracy"])
+        else:
+          self.assertAlmostEqual(cell["accuracy"], pooled[key][part]["accuracy"])
+    self.assertAlmostEqual(
+        mean["short_balanced"]["accuracy"], pooled["short_balanced"]["accuracy"]
+    )
+
+  def test_table_puts_counting_first_and_skips_runs_without_a_test(self):
+    texts = ["()", "(("]
+    b = dyck.breakdown(texts, [1, 0], [1, 1])
+    counting = dyck.breakdown(texts, [1, 0], [1, 0])
+    run = dict(test_breakdown=dict(model=b, counting=counting))
+    tables = dyck_protocol.table_breakdowns(
+        {("za", "sparse"): [run, run], ("za", "compiled"): [dict(agreement=1)]}
+    )
+    self.assertEqual(list(tables), ["za"])
+    self.assertEqual(list(tables["za"]), ["counting", "sparse"])
+    self.assertEqual(tables["za"]["counting"]["accuracy"], 1.0)
+    self.assertEqual(tables["za"]["sparse"]["accuracy"], 0.5)

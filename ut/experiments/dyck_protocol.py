@@ -10,6 +10,9 @@ trained on) is reported here:
                              baseline's breakdown (`dyck.breakdown`)
   workdir_report(workdir)    a trained run's breakdown on each held-out set,
                              beside the counting baseline's
+  mean_breakdown(...)        the seed mean of several runs' breakdowns
+  table_breakdowns(...)      a sweep table's rows, each its seeds' mean test
+                             breakdown beside the counting baseline
   markdown(...)              one table per report
 
 "Short" strings have at most `dyck.SHORT` (10) brackets. Every balanced string
@@ -166,3 +169,45 @@ def breakdown_rows(columns):
       )
     rows.append(row)
   return rows
+
+
+def mean_breakdown(breakdowns):
+  """The mean over runs of `dyck.breakdown`s of one held-out set: the same
+  parts and counts, each accuracy the mean of the runs' (None if any is)."""
+  first = breakdowns[0]
+
+  def mean(cells):
+    accuracies = [c["accuracy"] for c in cells]
+    if any(a is None for a in accuracies):
+      return dict(num=cells[0]["num"], accuracy=None)
+    return dict(num=cells[0]["num"], accuracy=float(np.mean(accuracies)))
+
+  return dict(
+      mean([b for b in breakdowns]),
+      by_length={
+          k: mean([b["by_length"][k] for b in breakdowns])
+          for k in first["by_length"]
+      },
+      by_subset={
+          k: mean([b["by_subset"][k] for b in breakdowns])
+          for k in first["by_subset"]
+      },
+      short_balanced=mean([b["short_balanced"] for b in breakdowns]),
+  )
+
+
+def table_breakdowns(metrics_by_row):
+  """{mix: {column: breakdown}} for a Dyck sweep table: metrics_by_row maps
+  (mix, row label) to its runs' recorded metrics (with `test_breakdown`, as
+  `train.train_and_evaluate` writes it). Each mix's first column is the
+  counting baseline on its test set, then each row's seed mean."""
+  out = {}
+  for (mix, label), runs in metrics_by_row.items():
+    runs = [m for m in runs if m.get("test_breakdown")]
+    if not runs:
+      continue
+    columns = out.setdefault(
+        mix, {"counting": runs[0]["test_breakdown"]["counting"]}
+    )
+    columns[label] = mean_breakdown([m["test_breakdown"]["model"] for m in runs])
+  return out

@@ -66,12 +66,20 @@ def paper_range(text):
 
 
 def beside_paper(rows, paper, panel):
-  """A text table: panel, kind, variant, seeds, ours (mean ± std %), paper (%),
-  and for compiled-UT rows the lowest agreement with the target (%)."""
+  """A text table: panel, kind, variant, width m, seeds, the held-out set
+  reported (the test set where the runs have one, else validation), ours
+  (mean ± std %), paper (%), the seeds at >= 99% on validation, and for
+  compiled-UT rows the lowest agreement with the target (%)."""
   out = []
   for r in rows:
-    std = r["accuracy_std"]
-    ours = f"{100 * r['accuracy_mean']:.2f}" + (
+    test = r.get("test_mean")
+    on_test = test is not None and not math.isnan(test)
+    mean, std = (
+        (test, r.get("test_std"))
+        if on_test
+        else (r["accuracy_mean"], r["accuracy_std"])
+    )
+    ours = f"{100 * mean:.2f}" + (
         "" if std is None or math.isnan(std) else f" ± {100 * std:.2f}"
     )
     out.append(
@@ -79,13 +87,17 @@ def beside_paper(rows, paper, panel):
             panel: panel_value(r, panel),
             "kind": r["kind"],
             "variant": r["variant"],
+            "m": r.get("width") or "",
             "seeds": r["seeds"],
+            "held out": "test" if on_test else "validation",
             "ours": ours,
             "paper": _paper(
                 paper, panel_value(r, panel), r["kind"], r["variant"]
             ),
         }
     )
+    if "successes" in r:
+      out[-1]["≥99% (validation)"] = f"{r['successes']}/{r['seeds']}"
     if any(x.get("agreement_min") is not None for x in rows):  # Compiled rows.
       a = r.get("agreement_min")
       out[-1]["agreement (min)"] = "" if a is None else f"{100 * a:.2f}"
