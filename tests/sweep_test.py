@@ -412,7 +412,11 @@ class SweepTest(absltest.TestCase):
 
   def test_adaptive_sweep_adds_runs_in_a_second_pass(self):
     tmp = self.create_tempdir().full_path
-    sweep.run_sweep(os.path.join(ROOT, "tests", "sweep_config.py:adaptive"), tmp)
+    # In process: keep JAX's cache setting off this temporary folder.
+    with mock.patch.object(sweep, "use_compilation_cache"):
+      sweep.run_sweep(
+          os.path.join(ROOT, "tests", "sweep_config.py:adaptive"), tmp
+      )
     first = json.load(
         open(os.path.join(tmp, "runs", "model=random_smoke_seed=0", "metrics.json"))
     )
