@@ -14,8 +14,8 @@ entries; default 1.0), smoke. Single fields: --config.train.steps=...
 Paper (attention-only, `za`-style mix): sparse UT 100%, random UT 94.4%, trained
 about the same. Expected result and run time under this protocol (the table,
 configs/dyck_table.py, results/dyck_v2, is not finished; mix za, test set):
-sparse UT 93.35 +- 1.04% (4 seeds), random UT 92.36 +- 0.83% (3 seeds); on
-strings of 11-60 brackets 99.2-99.9% (sparse) and 96.7-99.2% (random) by
+sparse UT 93.31 +- 0.91% (5 seeds), random UT 92.36 +- 0.83% (3 seeds); on
+strings of 11-60 brackets 99.3-99.9% (sparse) and 96.7-99.2% (random) by
 length bucket, on the short balanced strings, never trained on, about 30%
 (results/dyck_v2/breakdown.md). Runs stop on the
 plateau rule after 10000-19000 steps, about 6-17 minutes each on one core
