@@ -29,6 +29,7 @@ import numpy as np
 from configs import cpu as cpu_config
 from configs import dyck as dyck_config
 from configs import khop as khop_config
+from ut.errors import UserError
 from ut.io import reports
 from ut.io import roofline as roofline_lib
 from ut.training import data as data_lib
@@ -148,11 +149,14 @@ def main(argv):
         "all) and --repeats >= 1"
     )
   if _OUT.value:
-    reports.check_output(
-        os.path.join(_OUT.value, "microbatch_bench.json"),
-        _OVERWRITE.value,
-        "--overwrite",
-    )
+    try:
+      reports.check_output(
+          os.path.join(_OUT.value, "microbatch_bench.json"),
+          _OVERWRITE.value,
+          "--overwrite",
+      )
+    except UserError as e:
+      sys.exit(f"error: {e}")
   gflops = roofline_lib.rate(roofline_lib.make())[0] / 1e9
   rows = []
   for name in names:

@@ -20,6 +20,7 @@ import sys
 from absl import app
 from absl import flags
 
+from ut.errors import UserError
 from ut.io import reports
 from ut.io import roofline as roofline_lib
 
@@ -35,7 +36,10 @@ def main(argv):
         "python -m benchmarks.record --out=r.md -- python -m "
         "benchmarks.sparse_bench"
     )
-  reports.check_output(_OUT.value, _OVERWRITE.value, "--overwrite")
+  try:
+    reports.check_output(_OUT.value, _OVERWRITE.value, "--overwrite")
+  except UserError as e:
+    sys.exit(f"error: {e}")
   gflops = roofline_lib.rate(roofline_lib.make())[0] / 1e9
   proc = subprocess.run(command, stdout=subprocess.PIPE, text=True)
   sys.stdout.write(proc.stdout)

@@ -107,14 +107,14 @@ def bench_ratio(repeats):
       jnp.abs(outs["structured"][1] - outs["dense"][1]).max()
       / jnp.abs(outs["dense"][1]).max()
   )
-  calls = {name: functools.partial(fn, embed) for name, fn in fns.items()}
+  bound = {name: functools.partial(fn, embed) for name, fn in fns.items()}
   print(
       f"[ratio] sparse UT H={h} L={num_layers} d={d} m={ut.m} n={n} batch={batch},"
       f" forward+grad wrt E, median of {repeats} interleaved rounds; max rel "
       f"diff of grads {rel:.2e}:"
   )
   for block in (1, 5):
-    secs = median_seconds(calls, repeats, calls=block)
+    secs = median_seconds(bound, repeats, calls=block)
     print(
         f"  {block} call(s) a round: dense {secs['dense'] * 1e3:.2f} ms, "
         f"structured {secs['structured'] * 1e3:.2f} ms, speed-up (dense / "

@@ -13,9 +13,10 @@ where the paper is silent. Every run of a mix is scored on the
 same fixed validation set (eval_accuracy) and test set, neither ever trained
 on (Zhong & Andreas's protocol; ut/training/data.py). Paper (attention-only,
 za-style mix): sparse UT 100%, random UT 94.4%, trained about the same.
-Expected result and run time under this protocol: not measured yet (the
-previous protocol's table took 15.8 minutes with --workers=2,
-results/reproduce_partial.md).
+Expected result and run time so far: configs/dyck.py's docstring (the table
+is not finished). The extra seeds are planned from recorded results, in a
+single JAX process only (with several, every process must plan the same runs:
+rerun the same command in one process to add them).
 """
 
 from configs import common
@@ -95,7 +96,8 @@ def sweep(add, arg=None, finished=None):
         for seed in range(args["seeds"]):
           add(run_of_seed(seed), compiled="sparse")
           add(run_of_seed(seed), compiled="random")
-      # Five seeds where the first three disagree by more than two points.
+      # more_seeds where the first seeds disagree by more than spread points
+      # (the plain runs only; the compiled rows keep the first seeds).
       tables.more_seeds(add, finished, names, run_of_seed, args)
 
 
@@ -113,16 +115,20 @@ def report(workdir, rows):
   for r in rows:
     data = json.loads(r["data"])
     label = f"{r['kind']} {r['variant']} m={r['width']}"
+    if any((data["mix"], label) == key for key in by_row):  # Another lr.
+      label += f" lr={r['lr']}"
     for name in r["runs"].split(";"):
       with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
         by_row.setdefault((data["mix"], label), []).append(json.load(f))
-  tables = dyck_protocol.table_breakdowns(by_row)
+  by_mix = dyck_protocol.table_breakdowns(by_row)
+  if not by_mix:  # No run scored on a test set yet.
+    return
   reports.write_json(
       os.path.join(workdir, "breakdown.json"),
-      dict(mixes=tables, provenance=reports.provenance()),
+      dict(mixes=by_mix, provenance=reports.provenance()),
   )
   text = []
-  for mix, columns in tables.items():
+  for mix, columns in by_mix.items():
     text.append(
         f"Test set of mix {mix}: accuracy (%, mean over each row's seeds) "
         "by part, the counting baseline first\n"

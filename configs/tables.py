@@ -9,6 +9,7 @@ weights (model.ut_seed = the seed): each random-UT seed is a new machine.
 """
 
 import json
+import math
 import os
 
 from configs import common
@@ -50,7 +51,10 @@ def more_seeds(add, finished, names, run_of_seed, args):
   if any(m is None or m.get("eval_accuracy") is None for m in recorded):
     return
   accuracies = [100 * m["eval_accuracy"] for m in recorded]
-  if max(accuracies) - min(accuracies) > args["spread"]:
+  # A diverged seed (NaN) counts as a disagreement.
+  if any(math.isnan(a) for a in accuracies) or (
+      max(accuracies) - min(accuracies) > args["spread"]
+  ):
     for seed in range(args["seeds"], args["more_seeds"]):
       add(run_of_seed(seed))
 

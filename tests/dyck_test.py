@@ -554,17 +554,15 @@ class DefaultModelTest(absltest.TestCase):
     self.assertEqual([r["part"] for r in rows][:2], ["all", "length 1-10"])
 
 
-if __name__ == "__main__":
-  absltest.main()
-
-
 class TableBreakdownTest(absltest.TestCase):
 
   def test_seed_mean_of_breakdowns_equals_the_pooled_count(self):
     # On one test set every run's part has the same strings, so the mean of
     # the runs' accuracies is the pooled share of correct predictions.
     rng = np.random.default_rng(0)
-    texts = ["".join(rng.choice(list("()"), n)) for n in rng.integers(1, 31, 300)]
+    texts = [
+        "".join(rng.choice(list("()"), n)) for n in rng.integers(1, 31, 300)
+    ]
     labels = np.array([dyck.is_balanced(t) for t in texts], int)
     preds = [rng.integers(0, 2, len(texts)) for _ in range(3)]
     runs = [dyck.breakdown(texts, labels, p, 30) for p in preds]
@@ -580,10 +578,15 @@ class TableBreakdownTest(absltest.TestCase):
         if cell["accuracy"] is None:
           self.assertIsNone(pooled[key][part]["accuracy"])
         else:
-          self.assertAlmostEqual(cell["accuracy"], pooled[key][part]["accuracy"])
+          self.assertAlmostEqual(
+              cell["accuracy"], pooled[key][part]["accuracy"]
+          )
     self.assertAlmostEqual(
-        mean["short_balanced"]["accuracy"], pooled["short_balanced"]["accuracy"]
+        mean["short_balanced"]["accuracy"],
+        pooled["short_balanced"]["accuracy"],
     )
+    with self.assertRaisesRegex(ValueError, "different sets"):
+      dyck_protocol.mean_breakdown([runs[0], dyck.breakdown(["()"], [1], [1])])
 
   def test_table_puts_counting_first_and_skips_runs_without_a_test(self):
     texts = ["()", "(("]
@@ -597,3 +600,8 @@ class TableBreakdownTest(absltest.TestCase):
     self.assertEqual(list(tables["za"]), ["counting", "sparse"])
     self.assertEqual(tables["za"]["counting"]["accuracy"], 1.0)
     self.assertEqual(tables["za"]["sparse"]["accuracy"], 0.5)
+
+
+if __name__ == "__main__":
+  absltest.main()
+

@@ -8,6 +8,7 @@ ones check a vmapped group against single runs, and the worker heuristics of
 import collections
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -417,15 +418,16 @@ class SweepTest(absltest.TestCase):
       sweep.run_sweep(
           os.path.join(ROOT, "tests", "sweep_config.py:adaptive"), tmp
       )
-    first = json.load(
-        open(os.path.join(tmp, "runs", "model=random_smoke_seed=0", "metrics.json"))
-    )
+    runs = os.path.join(tmp, "runs")
+    with open(os.path.join(runs, "model=random_smoke_seed=0", "metrics.json")) as f:
+      first = json.load(f)
     lr = round(first["eval_accuracy"] / 100, 6)
     third = os.path.join(
-        tmp, "runs", f"model=random_smoke_seed=2_train.lr={lr}", "metrics.json"
+        runs, f"model=random_smoke_seed=2_train.lr={lr}", "metrics.json"
     )
-    self.assertTrue(os.path.exists(third), os.listdir(os.path.join(tmp, "runs")))
-    self.assertEqual(json.load(open(third))["lr"], lr)
+    self.assertTrue(os.path.exists(third), os.listdir(runs))
+    with open(third) as f:
+      self.assertEqual(json.load(f)["lr"], lr)
     with open(os.path.join(tmp, "table.json")) as f:
       table = json.load(f)
     self.assertEqual(sum(r["seeds"] for r in table["rows"]), 3)
@@ -464,6 +466,15 @@ class SweepTest(absltest.TestCase):
             "model=sparse,variant=attn,mix=za,seed=3,smoke",
             "model=sparse,variant=attn,mix=za,seed=4,smoke",
         ],
+    )
+    # A diverged seed (NaN accuracy) counts as a disagreement.
+    diverged = lambda name: (
+        math.nan if "trained,variant=attn" in name and "seed=1" in name
+        else 0.9
+    )
+    self.assertEqual(
+        [r for r in plan(diverged) if r not in base],
+        [f"model=trained,variant=attn,mix=za,seed={s},smoke" for s in (3, 4)],
     )
     # A row whose seeds are not all recorded gets no more seeds yet.
     partial = lambda name: None if "seed=2" in name else spread(name)

@@ -31,6 +31,7 @@ from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
 from tests import xla_settings
+from ut.cpu import host
 from ut.errors import UserError
 from ut.training import data as data_lib
 from ut.training import models
@@ -413,6 +414,9 @@ class TrainAndEvaluateTest(parameterized.TestCase):
         "random", "res_ln_mlp", 4, 61, 2, num_heads=4, m=16, mlp_ratio=4
     )
     self.assertEqual(train.default_microbatches(1000, 61, narrow), 1000)
+    with mock.patch.object(jax, "default_backend", return_value="cpu"):
+      with self.assertRaisesRegex(ValueError, "width m"):
+        host.microbatches(8, 8, kind="random", width=16, num_heads=2)
     # Always a divisor of the batch, and never more microbatches than strings.
     self.assertEqual(train.default_microbatches(30, 32, sparse_k4), 15)
     self.assertEqual(train.default_microbatches(2, 128, sparse_k4), 2)

@@ -65,7 +65,7 @@ def compile_sparse(
   b_all = targets_lib.bilinear_forms(target)
   v_all = targets_lib.value_maps(target)
   names = sparse.block_names(h, num_layers)
-  # E's columns, block by block: embed[:, i] is the block of names[i].
+  # E = blocks.reshape(d, -1), block by block: blocks[:, i] is names[i]'s.
   blocks = np.zeros((d, len(names), d))
   c = {(): np.eye(d)}
   for j in range(1, num_layers + 1):

@@ -25,7 +25,7 @@ import jax
 # first layer's tables (sum_h E R_V,h, about (V + T) m^2 H multiply-adds,
 # ut.cpu.forward), so a wide random UT wants few large parts and a narrow one
 # many small ones. Fitted to measured steps (docs/performance.md,
-# "Microbatches"; python -m benchmarks.train_bench --part=microbatch_rule).
+# "Microbatches"; python -m benchmarks.microbatch_bench).
 MICROBATCH_ELEMENTS = {"sparse": 2**17, "trained": 2**17}
 RANDOM_BUDGET_PER_M2 = 5
 
@@ -100,10 +100,12 @@ def microbatches(batch_size, num_tokens, *, kind, width, num_heads, m=0):
   them (MICROBATCH_ELEMENTS; for the random UT RANDOM_BUDGET_PER_M2 * m^2,
   m its width), so that it stays in the caches: the answer is the largest
   divisor of the batch size at most batch_size * elements / budget (at least
-  1; at most one string per part).
+  one part, and at least one string a part).
   """
   if not on_cpu():
     return 1
+  if kind == "random" and m < 1:
+    raise ValueError(f"a random UT's microbatches need its width m; got m={m}")
   if kind == "random":
     budget = RANDOM_BUDGET_PER_M2 * m * m
   else:

@@ -177,13 +177,18 @@ def mean_breakdown(breakdowns):
   first = breakdowns[0]
 
   def mean(cells):
+    if len({c["num"] for c in cells}) != 1:
+      raise ValueError(
+          f"breakdowns of different sets: parts of {[c['num'] for c in cells]} "
+          "strings"
+      )
     accuracies = [c["accuracy"] for c in cells]
     if any(a is None for a in accuracies):
       return dict(num=cells[0]["num"], accuracy=None)
     return dict(num=cells[0]["num"], accuracy=float(np.mean(accuracies)))
 
   return dict(
-      mean([b for b in breakdowns]),
+      mean(breakdowns),
       by_length={
           k: mean([b["by_length"][k] for b in breakdowns])
           for k in first["by_length"]
@@ -209,5 +214,7 @@ def table_breakdowns(metrics_by_row):
     columns = out.setdefault(
         mix, {"counting": runs[0]["test_breakdown"]["counting"]}
     )
-    columns[label] = mean_breakdown([m["test_breakdown"]["model"] for m in runs])
+    columns[label] = mean_breakdown(
+        [m["test_breakdown"]["model"] for m in runs]
+    )
   return out

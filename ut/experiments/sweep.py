@@ -101,7 +101,9 @@ def collect_runs(module, arg=None, workdir=None):
   passed `finished(name)`: that run's recorded metrics in `workdir` (a dict),
   or None while it is not recorded, so that it can add runs that depend on
   results, e.g. more seeds where the first ones disagree; `run_sweep`
-  collects again after training until no run is added.
+  collects again after a pass that trained something, until no run is added.
+  The plan must only grow as results come in. With several JAX processes
+  `finished` always says None (every process must plan the same runs).
   """
   runs = []
 
@@ -315,13 +317,14 @@ def run_sweep(
   )
   claimed = 0
   while True:  # Passes: a sweep may add runs once others are recorded.
+    trained = 0
     groups = {}
     for name, config in runs:
       groups.setdefault(group_key(config), []).append((name, config))
     done = _done_in_every_process(workdir, runs)
     todo = sum(1 for name, _ in runs if not done[name])
     logging.info(
-        "%d runs in %d shape groups; %d to do, %d device(s) in %d " "process(es)",
+        "%d runs in %d shape groups; %d to do, %d device(s) in %d process(es)",
         len(runs),
         len(groups),
         todo,
@@ -355,17 +358,20 @@ def run_sweep(
       if not pending or aggregate_only:
         continue
       if worker is not None:
-        if not claim(worker[2], members[0][0]):
+        # The first run still to train: a unit that grew in a later pass has
+        # a new name to claim.
+        if not claim(worker[2], pending[0][0]):
           continue
         claimed += 1
         logging.info(
             "worker %d of %d claimed %s (%d runs)",
             worker[0],
             worker[1],
-            members[0][0],
-            len(members),
+            pending[0][0],
+            len(pending),
         )
       start = time.perf_counter()
+      trained += 1
       plain = [(n, c) for n, c in pending if not c.get("compiled")]
       compiled_runs = [(n, c) for n, c in pending if c.get("compiled")]
       pending = plain + compiled_runs
@@ -410,23 +416,25 @@ def run_sweep(
               for (n, _), r in zip(pending, results)
           ),
       )
-    if aggregate_only:
+    # Another pass only after this one trained something and the sweep then
+    # planned runs it had not (whoever records a run collects again after).
+    if aggregate_only or not trained:
       break
     again = collect_runs(module, arg, adaptive_dir)
-    if [n for n, _ in again] == [n for n, _ in runs]:
+    added = {n for n, _ in again} - {n for n, _ in runs}
+    if not added:
       break
     logging.info(
         "the sweep added %d runs from recorded results: another pass",
-        len(again) - len(runs),
+        len(added),
     )
     runs = again
   if worker is not None:
     logging.info(
-        "worker %d of %d: trained %d of %d work units",
+        "worker %d of %d: trained %d work units",
         worker[0],
         worker[1],
         claimed,
-        len(mine),
     )
     return None
   if not writer:

@@ -96,8 +96,10 @@ def beside_paper(rows, paper, panel):
             ),
         }
     )
-    if "successes" in r:
-      out[-1]["≥99% (validation)"] = f"{r['successes']}/{r['seeds']}"
+    if any("successes" in x for x in rows):
+      out[-1]["≥99% (validation)"] = (
+          f"{r['successes']}/{r['seeds']}" if "successes" in r else ""
+      )
     if any(x.get("agreement_min") is not None for x in rows):  # Compiled rows.
       a = r.get("agreement_min")
       out[-1]["agreement (min)"] = "" if a is None else f"{100 * a:.2f}"
