@@ -431,10 +431,11 @@ def run_sweep(
     runs = again
   if worker is not None:
     logging.info(
-        "worker %d of %d: trained %d work units",
+        "worker %d of %d: trained %d of %d work units",
         worker[0],
         worker[1],
         claimed,
+        len(mine),  # The last pass's plan (a unit that grew counts twice).
     )
     return None
   if not writer:
