@@ -115,7 +115,7 @@ def report(workdir, rows):
   for r in rows:
     data = json.loads(r["data"])
     label = f"{r['kind']} {r['variant']} m={r['width']}"
-    if any((data["mix"], label) == key for key in by_row):  # Another lr.
+    if (data["mix"], label) in by_row:  # The same row at another lr.
       label += f" lr={r['lr']}"
     for name in r["runs"].split(";"):
       with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:

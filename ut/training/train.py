@@ -179,7 +179,8 @@ def default_microbatches(batch_size, num_tokens, spec):
   """How many microbatches `train_step` splits a (batch_size, num_tokens) batch
   into by default: `ut.cpu.host.microbatches`, cache-sized parts on CPU and
   the whole batch elsewhere. A token's activations are the model width wide,
-  plus the MLP's hidden width with res_ln_mlp."""
+  plus the MLP's hidden width with res_ln_mlp; the rule adds each string's
+  attention scores and picks the budget by kind (and m for a random UT)."""
   width = spec.model_width + (
       spec.mlp_hidden_width if spec.variant == "res_ln_mlp" else 0
   )
