@@ -457,3 +457,26 @@ class RecordTest(absltest.TestCase):
     self.assertFalse(os.path.exists(failed))
     with open(out) as f:
       self.assertEqual(f.read(), text)
+
+
+class SuiteBenchTest(absltest.TestCase):
+  @pytest.mark.slow
+  def test_times_the_suite_off_cold_and_warm(self):
+    node = "tests/readme_test.py::ReadmeTest::test_render_includes_file_verbatim"
+    proc = _python("-m", "benchmarks.suite_bench", f"--tests={node}")
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    rows = re.findall(r"^\| (\w+) \| ([\d.]+) \| ([\d.]+) \|$", proc.stdout, re.M)
+    self.assertEqual([r[0] for r in rows], ["off", "cold", "warm"], proc.stdout)
+    seconds = {name: float(s) for name, s, _ in rows}
+    for name, s, ratio in rows:
+      self.assertGreater(seconds[name], 0)
+      self.assertAlmostEqual(
+          float(ratio), seconds["off"] / seconds[name], delta=0.02
+      )
+
+  @pytest.mark.slow
+  def test_missing_test_file_is_one_line_error(self):
+    proc = _python("-m", "benchmarks.suite_bench", "--tests=tests/nope_test.py")
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertEqual(proc.stderr.strip().count("\n"), 0, proc.stderr)
+    self.assertIn("nope_test.py", proc.stderr)

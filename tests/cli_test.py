@@ -473,6 +473,14 @@ class HostSettingsTest(parameterized.TestCase):
           cli.use_compilation_cache(), os.path.join(folder, ".cache/ut/jax")
       )
 
+  def test_suite_compiles_through_the_persistent_cache(self):
+    # tests/conftest.py turns it on as the launchers do (empty: off).
+    path = os.environ.get("UT_JAX_CACHE", cli.DEFAULT_JAX_CACHE)
+    self.assertEqual(
+        jax.config.jax_compilation_cache_dir,
+        os.path.expanduser(path) if path else None,
+    )
+
 
 if __name__ == "__main__":
   absltest.main()
