@@ -15,11 +15,11 @@ Paper (attention-only, `za`-style mix): sparse UT 100%, random UT 94.4%, trained
 about the same. Expected result and run time under this protocol (the table,
 configs/dyck_table.py, results/dyck_v2, is not finished; mix za, test set):
 sparse UT 93.31 +- 0.91% (5 seeds), random UT 92.36 +- 0.83% (3 seeds),
-trained attention-only 95.39 +- 1.19% (3 seeds), trained res_ln_mlp 99.98%
-(1 seed); the attention-only rows score 29-50% on the short balanced strings,
-never trained on, and 94.8-100% in every bucket of 11-60 brackets
-(results/dyck_v2/breakdown.md). Runs stop on the plateau rule after
-9000-23000 steps (res_ln_mlp: at 99.9% twice, step 10000), 2-17 minutes
+trained attention-only 92.07 +- 6.16% (5 seeds), trained res_ln_mlp
+99.36 +- 1.07% (3 seeds); the attention-only rows score 29-44% on the short
+balanced strings, never trained on, and 94.8-99.9% in every bucket of 11-60
+brackets (results/dyck_v2/breakdown.md). Runs stop on the plateau rule after
+9000-23000 steps (2 res_ln_mlp seeds: at 99.9% twice), 2-15 minutes
 each on one core, the random UT at m = 512 about 40 (run_seconds in each
 metrics.json; a resumed run's counts its last part only).
 The selection (results/dyck_select, validation seed 100, 3000 steps): 97%
