@@ -59,6 +59,35 @@ def more_seeds(add, finished, names, run_of_seed, args):
       add(run_of_seed(seed))
 
 
+def still_rising(metrics, rise):
+  """Whether a recorded run ended at its step cap with its validation curve
+  still rising: more than `rise` points gained over the last fifth of the
+  cap (DESIGN §8: a curve must flatten before the last step)."""
+  cap = metrics["config"]["train"]["steps"]
+  curve = metrics.get("curve") or []
+  if metrics.get("stopped_early") or metrics.get("step", 0) < cap or not curve:
+    return False
+  before = [a for s, a in curve if s <= 0.8 * cap]
+  return bool(before) and 100 * (curve[-1][1] - max(before)) > rise
+
+
+def longer_runs(add, finished, names, run_of_seed, args):
+  """add() every seed of a cell again at args["longer"] times its step cap
+  once its first runs (`names`) are recorded and one of them ended at the cap
+  still rising by more than args["rise"] points (`still_rising`). The longer
+  runs are a row of their own (their cap differs) beside the capped one.
+  finished: the sweep's `finished(name)` (None: plan the first runs only)."""
+  if finished is None or args["longer"] <= 1:
+    return
+  recorded = [finished(n) for n in names]
+  if any(m is None or "config" not in m for m in recorded):
+    return
+  if any(still_rising(m, args["rise"]) for m in recorded):
+    cap = recorded[0]["config"]["train"]["steps"]
+    for seed in range(len(names)):
+      add(run_of_seed(seed), **{"train.steps": cap * args["longer"]})
+
+
 def add_grid(add, args, axis, values, random_compiled_values=None):
   """add() one run per (axis value, kind, variant, seed) of the parsed grid,
   and compiled-UT runs: into the sparse UT for every axis value, into a random

@@ -37,6 +37,7 @@ from ut.errors import UserError
 from ut.experiments import sweep
 from ut.io import plots
 from ut.io import reports
+from ut.io import roofline
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file with sweep(add).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Sweep folder.")
@@ -141,9 +142,13 @@ def main(argv):
   print(sweep.markdown_table(rows))
   module = sweep.load_config_module(_CONFIG.value)
   if hasattr(module, "PAPER"):
+    gflops = roofline.rate(roofline.make())[0] / 1e9
     reports.write_text(
         os.path.join(_WORKDIR.value, "paper.md"),
-        plots.beside_paper(rows, module.PAPER, module.PANEL) + "\n",
+        plots.beside_paper(rows, module.PAPER, module.PANEL)
+        + "\n\n"
+        + sweep.cost_note(rows, gflops)
+        + "\n",
     )
   runs = plots.run_curves(_WORKDIR.value, rows)
   if runs:  # Every run's validation curve, on a log step axis.

@@ -250,8 +250,12 @@ class PlotsTest(absltest.TestCase):
     self.assertIn("validation", lines[3])
     # Where the runs have a test accuracy, that is the one reported.
     dyck_row = dict(
-        ROWS[0], data=json.dumps(dict(mix="za")), width=416,
-        test_mean=0.9339, test_std=0.0127, successes=0,
+        ROWS[0],
+        data=json.dumps(dict(mix="za")),
+        width=416,
+        test_mean=0.9339,
+        test_std=0.0127,
+        successes=0,
     )
     [line] = plots.beside_paper(
         [dyck_row], {("za", "sparse", "res_ln"): "100"}, panel="mix"
@@ -259,6 +263,21 @@ class PlotsTest(absltest.TestCase):
     self.assertRegex(
         line, r"\| 416 \|\s+2 \|\s+test \| 93\.39 ± 1\.27 \|\s+100 \|\s+0/2 \|"
     )
+    # Trained rows say when their seeds reached 99% and where they stopped.
+    trained = [
+        dict(
+            dyck_row,
+            successes=1,
+            median_steps_to_99=3500.0,
+            max_steps=20000,
+            cap=20000,
+        ),
+        dict(dyck_row, max_steps=100000, cap=100000),
+    ]
+    lines = plots.beside_paper(trained, {}, panel="mix").splitlines()
+    self.assertRegex(lines[0], r"median step to 99% \| last step / cap \|$")
+    self.assertRegex(lines[2], r"\|\s+1/2 \|\s+3500 \|\s+20000 / 20000 \|$")
+    self.assertRegex(lines[3], r"\|\s+0/2 \|\s+\|\s+100000 / 100000 \|$")
 
   def test_accuracy_bars(self):
     fig = plots.accuracy_bars(ROWS, "k", PAPER, title="k-hop")

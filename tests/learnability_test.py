@@ -16,6 +16,7 @@ from configs import learnability as learnability_config
 from tests import cli_helpers
 from tests import xla_settings
 from ut.experiments import learnability
+from ut.experiments import sweep
 from ut.training import data as data_lib
 from ut.training import train
 
@@ -78,7 +79,7 @@ class LearnabilityRunTest(absltest.TestCase):
         for a, b, r in zip(steps, steps[1:], rows)
     )
     self.assertAlmostEqual(
-        learnability.train_minutes(os.path.join(self.workdir, "runs", name)),
+        sweep.train_minutes(os.path.join(self.workdir, "runs", name)),
         want / 60,
     )
     metrics = sorted(

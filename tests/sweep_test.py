@@ -28,6 +28,7 @@ from tests import sweep_config
 from ut.cpu import workers
 from ut.errors import UserError
 from ut.experiments import sweep
+from ut.io import reports
 from ut.training import data as data_lib
 from ut.training import train
 
@@ -247,6 +248,40 @@ class SweepTest(absltest.TestCase):
           os.path.getmtime(os.path.join(tmp, "runs", n, "metrics.json")), mtime
       )
 
+  def test_table_counts_each_rows_training_time(self):
+    workdir = self.create_tempdir().full_path
+    runs = sweep.collect_runs(sweep_config, "sparse")[:2]
+    logged, grouped = (n for n, _ in runs)
+    for (name, config), seconds in zip(runs, (None, 90.0)):
+      reports.write_json(
+          os.path.join(workdir, "runs", name, "metrics.json"),
+          dict(
+              name=name,
+              eval_accuracy=0.5,
+              task="dyck",
+              kind="sparse",
+              variant="res_ln_mlp",
+              run_seconds=seconds,
+              config=json.loads(config.to_json_best_effort()),
+          ),
+      )
+    # A single run logs its step rate: 100 steps at 10/s, 200 at 4/s: 60 s.
+    with open(
+        os.path.join(workdir, "runs", logged, "train_metrics.csv"), "w"
+    ) as f:
+      f.write("step,loss,steps_per_sec\n100,1.0,10\n300,0.5,4\n")
+    [row] = sweep.aggregate(workdir, [logged, grouped])
+    # The vmapped group's run has no log: its share of the group, 90 s.
+    self.assertAlmostEqual(row["core_minutes"], (60 + 90) / 60)
+    self.assertEqual(
+        sweep.cost_note([row, dict(row, seeds=3)], 150.4)[:46],
+        "Training: 0.1 core-hours over 5 runs (each run",
+    )
+    self.assertIn(
+        "matmul when this table was written: 150 GFLOP/s",
+        sweep.cost_note([row], 150.4),
+    )
+
   @pytest.mark.slow
   def test_runs_recorded_with_another_config(self):
     """An older record lacking a field added since counts as done; one whose
@@ -419,7 +454,9 @@ class SweepTest(absltest.TestCase):
           os.path.join(ROOT, "tests", "sweep_config.py:adaptive"), tmp
       )
     runs = os.path.join(tmp, "runs")
-    with open(os.path.join(runs, "model=random_smoke_seed=0", "metrics.json")) as f:
+    with open(
+        os.path.join(runs, "model=random_smoke_seed=0", "metrics.json")
+    ) as f:
       first = json.load(f)
     lr = round(first["eval_accuracy"] / 100, 6)
     third = os.path.join(
@@ -469,8 +506,7 @@ class SweepTest(absltest.TestCase):
     )
     # A diverged seed (NaN accuracy) counts as a disagreement.
     diverged = lambda name: (
-        math.nan if "trained,variant=attn" in name and "seed=1" in name
-        else 0.9
+        math.nan if "trained,variant=attn" in name and "seed=1" in name else 0.9
     )
     self.assertEqual(
         [r for r in plan(diverged) if r not in base],
@@ -479,6 +515,83 @@ class SweepTest(absltest.TestCase):
     # A row whose seeds are not all recorded gets no more seeds yet.
     partial = lambda name: None if "seed=2" in name else spread(name)
     self.assertEqual([r for r in plan(partial) if r not in base], [])
+
+  def test_khop_table_trains_rising_cells_longer(self):
+    module = sweep.load_config_module(
+        os.path.join(ROOT, "configs", "khop_table.py")
+    )
+    cap = module.get_config("smoke").train.steps
+
+    def recorded(curve_of):
+      def finished(name):
+        curve = curve_of(name)
+        if curve is None:
+          return None
+        return dict(
+            step=curve[-1][0],
+            stopped_early=None if curve[-1][0] == cap else "accuracy",
+            curve=curve,
+            config=dict(train=dict(steps=cap)),
+        )
+
+      return finished
+
+    def plan(curve_of):
+      added = []
+      module.sweep(
+          lambda arg="", **kw: added.append((arg, kw)) or arg,
+          "smoke,ks=2,kinds=sparse+random,variants=attn,compiled=false",
+          finished=recorded(curve_of),
+      )
+      return added
+
+    base = plan(lambda name: None)
+    self.assertLen(base, 9)  # sparse, random m = 256 and m = 928; 3 seeds.
+    # Evaluations at each fifth of the cap; the sparse row's seed 1 gains
+    # 2 points over the last fifth, every other run 0.5.
+    steps = [cap * i // 5 for i in range(1, 6)]
+    curve = lambda gain: [[s, 0.5 + gain * (s == cap)] for s in steps]
+    rising = lambda name: curve(
+        0.02 if "model=sparse" in name and "seed=1" in name else 0.005
+    )
+    added = [run for run in plan(rising) if run not in base]
+    self.assertEqual(
+        added,
+        [
+            (
+                f"model=sparse,variant=attn,k=2,seed={s},smoke",
+                {"train.steps": 5 * cap},
+            )
+            for s in range(3)
+        ],
+    )
+    # A run stopped early (here at 99.5%) is not at its cap: flat or not.
+    early = lambda name: [
+        [s, 0.5 + 0.02 * (s == steps[-2])] for s in steps[:-1]
+    ]
+    self.assertEqual([r for r in plan(early) if r not in base], [])
+    # A cell with a seed not yet recorded waits.
+    partial = lambda name: None if "seed=2" in name else rising(name)
+    self.assertEqual([r for r in plan(partial) if r not in base], [])
+    # Through the sweep: from recorded metrics, runs of their own (a new
+    # name, the cap times `longer`); none with longer=1.
+    workdir = self.create_tempdir().full_path
+    grid = "smoke,ks=2,kinds=sparse,variants=attn,compiled=false,longer={}"
+    for name, config in sweep.collect_runs(module, grid.format(3)):
+      reports.write_json(
+          os.path.join(workdir, "runs", name, "metrics.json"),
+          dict(
+              recorded(rising)(name),
+              config=json.loads(config.to_json_best_effort()),
+          ),
+      )
+    runs = sweep.collect_runs(module, grid.format(3), workdir)
+    self.assertLen(runs, 6)
+    self.assertLen({n for n, _ in runs}, 6)
+    self.assertEqual(
+        sorted(c.train.steps for _, c in runs), [cap] * 3 + [3 * cap] * 3
+    )
+    self.assertLen(sweep.collect_runs(module, grid.format(1), workdir), 3)
 
   def test_dyck_table_has_the_papers_rows(self):
     module = sweep.load_config_module(

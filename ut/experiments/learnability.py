@@ -22,7 +22,6 @@ Layout of a workdir:
   learnability.{json,md,png}    the table and the figure
 """
 
-import csv
 import json
 import math
 import os
@@ -96,23 +95,6 @@ def _save_program(path, params):
   np.savez(path, **noisy_program(params, 0.0, seed=0))
 
 
-def train_minutes(run_dir):
-  """Minutes the run's training steps took, from its train_metrics.csv
-  (steps between log rows over each row's steps_per_sec; one core; not
-  counting evaluation and compilation)."""
-  path = os.path.join(run_dir, "train_metrics.csv")
-  if not os.path.exists(path):
-    return math.nan
-  with open(path) as f:
-    rows = list(csv.DictReader(f))
-  seconds, last = 0.0, 0
-  for row in rows:
-    step = int(row["step"])
-    seconds += (step - last) / float(row["steps_per_sec"])
-    last = step
-  return seconds / 60
-
-
 def _read(path):
   with open(path) as f:
     return json.load(f)
@@ -146,7 +128,7 @@ def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
       _read(metrics_path),
       **_read(start_path),
       name=name,
-      train_minutes=train_minutes(run_dir),
+      train_minutes=sweep.train_minutes(run_dir),
   )
 
 

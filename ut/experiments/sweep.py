@@ -28,6 +28,7 @@ done), so the hosts need not share a filesystem. Compiled-UT runs are left to
 a one-process rerun of the same command.
 """
 
+import csv
 import functools
 import importlib.util
 import inspect
@@ -728,15 +729,61 @@ def aggregate(workdir, names):
             successes=len(wins),
             median_steps_to_99=float(np.median(first)) if first else None,
             max_steps=max(r.get("step", 0) for r in results),
+            cap=c["train"]["steps"],  # The step cap of the cell's runs.
             # Compiled-UT rows: the lowest share of predictions equal to the target's.
             agreement_min=min(
                 (r["agreement"] for r in results if "agreement" in r),
                 default=None,
             ),
+            core_minutes=sum(
+                _run_minutes(workdir, r)
+                for r in results
+                if not r["config"].get("compiled")  # Its target's time.
+            ),
             runs=";".join(sorted(r["name"] for r in results)),
         )
     )
   return rows
+
+
+def train_minutes(run_dir):
+  """Minutes the run's training steps took, from its train_metrics.csv
+  (steps between log rows over each row's steps_per_sec; not counting
+  evaluation and compilation)."""
+  path = os.path.join(run_dir, "train_metrics.csv")
+  if not os.path.exists(path):
+    return math.nan
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  seconds, last = 0.0, 0
+  for row in rows:
+    step = int(row["step"])
+    seconds += (step - last) / float(row["steps_per_sec"])
+    last = step
+  return seconds / 60
+
+
+def _run_minutes(workdir, metrics):
+  """A recorded run's training time: its steps' time from its log
+  (`train_minutes`), or, for a run of a vmapped group (no log of its own),
+  its share of the group's seconds."""
+  minutes = train_minutes(_run_dir(workdir, metrics["name"]))
+  if math.isnan(minutes):
+    return metrics.get("run_seconds", math.nan) / 60
+  return minutes
+
+
+def cost_note(rows, dot_gflops):
+  """One line: the table's training time in core-hours (each row's
+  `core_minutes`) beside the machine's matmul speed (GFLOP/s)."""
+  runs = sum(r["seeds"] for r in rows)
+  hours = sum(r.get("core_minutes", 0.0) for r in rows) / 60
+  return (
+      f"Training: {hours:.1f} core-hours over {runs} runs (each run's "
+      f"training steps, from its log; evaluation and compilation not "
+      f"counted). 2048^2 float32 matmul when this table was written: "
+      f"{dot_gflops:.0f} GFLOP/s."
+  )
 
 
 def std(values):

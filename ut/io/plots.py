@@ -68,8 +68,10 @@ def paper_range(text):
 def beside_paper(rows, paper, panel):
   """A text table: panel, kind, variant, width m, seeds, the held-out set
   reported (the test set where the runs have one, else validation), ours
-  (mean ± std %), paper (%), the seeds at >= 99% on validation, and for
-  compiled-UT rows the lowest agreement with the target (%)."""
+  (mean ± std %), paper (%), the seeds at >= 99% on validation and the
+  median step at which they first were, the latest step a seed ended at
+  beside the runs' step cap, and for compiled-UT rows the lowest agreement
+  with the target (%)."""
   out = []
   for r in rows:
     test = r.get("test_mean")
@@ -99,6 +101,13 @@ def beside_paper(rows, paper, panel):
     if any("successes" in x for x in rows):
       out[-1]["≥99% (validation)"] = (
           f"{r['successes']}/{r['seeds']}" if "successes" in r else ""
+      )
+    if any(x.get("median_steps_to_99") is not None for x in rows):
+      s = r.get("median_steps_to_99")
+      out[-1]["median step to 99%"] = "" if s is None else f"{s:.0f}"
+    if any("cap" in x for x in rows):  # Training runs: where they stopped.
+      out[-1]["last step / cap"] = (
+          f"{r['max_steps']} / {r['cap']}" if "cap" in r else ""
       )
     if any(x.get("agreement_min") is not None for x in rows):  # Compiled rows.
       a = r.get("agreement_min")
