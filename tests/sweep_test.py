@@ -182,6 +182,30 @@ class SweepTest(absltest.TestCase):
           err_msg=str(i),
       )
 
+  def test_vmapped_group_with_microbatches(self):
+    # On CPU a table-sized step splits its batch (a lax.scan over parts);
+    # vmapped over a group's runs it once failed on the mesh's "runs" axis.
+    configs = [
+        sweep_config.get_config(f"model=sparse,variant=attn,smoke,seed={s}")
+        for s in (0, 1)
+    ]
+    tmp = self.create_tempdir().full_path
+    split = mock.patch.object(
+        train, "default_microbatches", return_value=2, autospec=True
+    )
+    with split as rule:
+      got = sweep.train_group(configs)
+      self.assertGreater(rule.call_count, 0)
+      wants = [
+          train.train_and_evaluate(config, os.path.join(tmp, str(i)))
+          for i, config in enumerate(configs)
+      ]
+    for i, (result, want) in enumerate(zip(got, wants)):
+      np.testing.assert_allclose(
+          result["param_checksum"], want["param_checksum"], rtol=1e-5
+      )
+      self.assertEqual(result["test_accuracy"], want["test_accuracy"], i)
+
   def test_a_run_that_stops_early_in_a_group_keeps_its_params(self):
     """Run 0 stops at the second evaluation while run 1 and the vmapped
     group's state train on: run 0 keeps its params of that step, those of a

@@ -43,6 +43,7 @@ import time
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
+from jax.sharding import AxisType
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
@@ -168,7 +169,11 @@ def train_group(configs):
   first = configs[0]
   task = data_lib.make_task(first)
   spec = train.model_spec(first, task.info)
-  mesh = jax.make_mesh((jax.device_count(),), ("runs",))
+  # Auto axes: the sharding is a layout for the compiler, not part of the
+  # types (an Explicit "runs" axis fails in the batching of `lax.scan`).
+  mesh = jax.make_mesh(
+      (jax.device_count(),), ("runs",), axis_types=(AxisType.Auto,)
+  )
   runs = list(configs) + [configs[-1]] * (-len(configs) % mesh.size)  # Pad.
   # Each run's own spec: runs of a group may differ in model.ut_seed, which
   # draws the frozen weights (`models.init`); the shapes are the same.
