@@ -297,9 +297,11 @@ class SweepTest(absltest.TestCase):
     [row] = sweep.aggregate(workdir, [logged, grouped])
     # The vmapped group's run has no log: its share of the group, 90 s.
     self.assertAlmostEqual(row["core_minutes"], (60 + 90) / 60)
+    self.assertEqual(row["trained_runs"], 2)
+    compiled = dict(row, seeds=3, trained_runs=0, core_minutes=0.0)
     self.assertEqual(
-        sweep.cost_note([row, dict(row, seeds=3)], 150.4)[:46],
-        "Training: 0.1 core-hours over 5 runs (each run",
+        sweep.cost_note([dict(row, core_minutes=90.0), compiled], 150.4)[:54],
+        "Training: 1.5 core-hours over 2 trained runs (each run",
     )
     self.assertIn(
         "matmul when this table was written: 150 GFLOP/s",

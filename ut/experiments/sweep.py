@@ -718,6 +718,7 @@ def aggregate(workdir, names):
     wins = [r for r in results if r["eval_accuracy"] >= SUCCESS]
     first = [r["steps_to_99"] for r in wins if r.get("steps_to_99")]
     c = results[0]["config"]
+    trained = [r for r in results if not r["config"].get("compiled")]
     rows.append(
         dict(
             task=results[0]["task"],
@@ -740,11 +741,10 @@ def aggregate(workdir, names):
                 (r["agreement"] for r in results if "agreement" in r),
                 default=None,
             ),
-            core_minutes=sum(
-                _run_minutes(workdir, r)
-                for r in results
-                if not r["config"].get("compiled")  # Its target's time.
-            ),
+            # Compiled-UT runs train nothing (their target's time is its own
+            # row's).
+            trained_runs=sum(1 for r in trained),
+            core_minutes=sum(_run_minutes(workdir, r) for r in trained),
             runs=";".join(sorted(r["name"] for r in results)),
         )
     )
@@ -781,10 +781,10 @@ def _run_minutes(workdir, metrics):
 def cost_note(rows, dot_gflops):
   """One line: the table's training time in core-hours (each row's
   `core_minutes`) beside the machine's matmul speed (GFLOP/s)."""
-  runs = sum(r["seeds"] for r in rows)
-  hours = sum(r.get("core_minutes", 0.0) for r in rows) / 60
+  runs = sum(r["trained_runs"] for r in rows)
+  hours = sum(r["core_minutes"] for r in rows) / 60
   return (
-      f"Training: {hours:.1f} core-hours over {runs} runs (each run's "
+      f"Training: {hours:.1f} core-hours over {runs} trained runs (each run's "
       f"training steps, from its log; evaluation and compilation not "
       f"counted). 2048^2 float32 matmul when this table was written: "
       f"{dot_gflops:.0f} GFLOP/s."
