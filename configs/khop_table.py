@@ -27,8 +27,8 @@ Runs stop at 99.5% validation accuracy or at the 20000-step cap. A cell one
 of whose runs ends at the cap still rising (more than `rise`=1 point gained
 over the cap's last fifth) trains all its seeds again at `longer`=5 times
 the cap, planned once its first runs are recorded; that row stands beside
-the capped one (paper.md's `cap` column), so that no cell is reported from a
-curve cut while it rose.
+the capped one (paper.md's `last step / cap` column), so that no cell is
+reported only from a curve cut while it rose.
 Paper: attention-only UTs about 30-40% vs about 99% trained; with res_ln the
 sparse UT 100%, the random UT 85.7%-96.1%.
 """
