@@ -165,7 +165,11 @@ class MultiHostTest(absltest.TestCase):
     )
     self.assertLen(want["rows"], 3)  # random at 2 lrs (one diverges), trained.
     self.assertEqual(got["missing_runs"], [])
-    np.testing.assert_equal(got["rows"], want["rows"])
+    # Everything but the rows' training time, a wall-clock measurement.
+    untimed = lambda rows: [
+        {k: v for k, v in r.items() if k != "core_minutes"} for r in rows
+    ]
+    np.testing.assert_equal(untimed(got["rows"]), untimed(want["rows"]))
     with (
         open(os.path.join(workdirs[0], "table.md")) as f,
         open(os.path.join(one, "table.md")) as g,

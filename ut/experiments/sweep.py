@@ -807,7 +807,11 @@ def write_table(workdir, rows, meta):
 
 
 def markdown_table(rows):
-  shown = [{k: v for k, v in r.items() if k != "runs"} for r in rows]
+  # Wall time (core_minutes) goes to paper.md's cost line, not the table.
+  shown = [
+      {k: v for k, v in r.items() if k not in ("runs", "core_minutes")}
+      for r in rows
+  ]
   pct = lambda mean, std: (
       "" if math.isnan(mean) else f"{100 * mean:.2f} ± {100 * std:.2f}"
   )
