@@ -743,7 +743,7 @@ def aggregate(workdir, names):
             ),
             # Compiled-UT runs train nothing (their target's time is its own
             # row's).
-            trained_runs=sum(1 for r in trained),
+            trained_runs=len(trained),
             core_minutes=sum(_run_minutes(workdir, r) for r in trained),
             runs=";".join(sorted(r["name"] for r in results)),
         )
