@@ -76,11 +76,7 @@ def beside_paper(rows, paper, panel):
   for r in rows:
     test = r.get("test_mean")
     on_test = test is not None and not math.isnan(test)
-    mean, std = (
-        (test, r.get("test_std"))
-        if on_test
-        else (r["accuracy_mean"], r["accuracy_std"])
-    )
+    mean, std = _held_out(r)
     ours = f"{100 * mean:.2f}" + (
         "" if std is None or math.isnan(std) else f" ± {100 * std:.2f}"
     )
@@ -115,6 +111,28 @@ def beside_paper(rows, paper, panel):
   return reports.format_table(out)
 
 
+def bar_label(row, panel_rows):
+  """The row's kind, with its width m where the panel's rows of that kind
+  differ in width (the random UT at m = 256 and m = N), and its step cap
+  where they differ in cap (a cell trained again for longer)."""
+  same = [r for r in panel_rows if r["kind"] == row["kind"]]
+  label = row["kind"]
+  if len({r.get("width") for r in same}) > 1:
+    label += f"\nm={row.get('width')}"
+  if len({r.get("cap") for r in same}) > 1:
+    label += f"\n{row.get('cap')} steps"
+  return label
+
+
+def _held_out(row):
+  """(mean, std) on the test set where the row's runs have one, else on
+  validation (accuracy_mean, accuracy_std)."""
+  test = row.get("test_mean")
+  if test is not None and not math.isnan(test):
+    return test, row.get("test_std")
+  return row["accuracy_mean"], row["accuracy_std"]
+
+
 def _paper(paper, value, kind, variant):
   return paper.get((value, kind, variant), paper.get((kind, variant), ""))
 
@@ -124,55 +142,56 @@ def _ordered(values):
 
 
 def accuracy_bars(rows, panel, paper=None, title=""):
-  """Accuracy (%) bars, mean ± std over seeds: one panel per data[panel] value,
-  kinds along x, one bar per variant; the paper's number (or range) as a black
-  diamond (with a bar over the range) on its bar."""
+  """Accuracy (%) bars, mean ± std over seeds (on the test set where the runs
+  have one, else validation, as `beside_paper`): one panel per data[panel]
+  value, one group of bars per row label along x (`bar_label`), one bar per
+  variant; the paper's number (or range) as a black diamond (with a bar over
+  the range) on its bar."""
   paper = paper or {}
   panels = _ordered(panel_value(r, panel) for r in rows)
-  kinds = _ordered(r["kind"] for r in rows)
   variants = _ordered(r["variant"] for r in rows)
   width = 0.8 / len(variants)
+  by_panel = {
+      v: [r for r in rows if panel_value(r, panel) == v] for v in panels
+  }
+  labels = {
+      v: _ordered(bar_label(r, by_panel[v]) for r in by_panel[v])
+      for v in panels
+  }
+  most = max(len(x) for x in labels.values())
   fig = figure.Figure(
-      figsize=(2 + 1.1 * len(kinds) * len(panels), 3.6), layout="constrained"
+      figsize=(2 + 1.1 * most * len(panels), 3.6), layout="constrained"
   )
   axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)
   for ax, value in zip(axes[0], panels):
-    for j, variant in enumerate(variants):
-      for i, kind in enumerate(kinds):
-        match = [
-            r
-            for r in rows
-            if (r["kind"], r["variant"]) == (kind, variant)
-            and panel_value(r, panel) == value
-        ]
-        if not match:
-          continue
-        r = match[0]
-        x = i - 0.4 + width * (j + 0.5)
-        std = r["accuracy_std"]
-        err = None if std is None or math.isnan(std) else 100 * std
-        ax.bar(
+    for r in by_panel[value]:
+      i = labels[value].index(bar_label(r, by_panel[value]))
+      j = variants.index(r["variant"])
+      x = i - 0.4 + width * (j + 0.5)
+      mean, std = _held_out(r)
+      err = None if std is None or math.isnan(std) else 100 * std
+      ax.bar(
+          x,
+          100 * mean,
+          width,
+          yerr=err,
+          capsize=2,
+          color=f"C{j}",
+          label=r["variant"],
+      )
+      span = paper_range(_paper(paper, value, r["kind"], r["variant"]))
+      if span:
+        ax.errorbar(
             x,
-            100 * r["accuracy_mean"],
-            width,
-            yerr=err,
-            capsize=2,
-            color=f"C{j}",
-            label=variant,
+            sum(span) / 2,
+            yerr=(span[1] - span[0]) / 2,
+            fmt="D",
+            color="black",
+            ms=4,
+            capsize=3,
+            label="paper",
         )
-        span = paper_range(_paper(paper, value, kind, variant))
-        if span:
-          ax.errorbar(
-              x,
-              sum(span) / 2,
-              yerr=(span[1] - span[0]) / 2,
-              fmt="D",
-              color="black",
-              ms=4,
-              capsize=3,
-              label="paper",
-          )
-    ax.set_xticks(range(len(kinds)), kinds, rotation=20)
+    ax.set_xticks(range(len(labels[value])), labels[value], rotation=20)
     ax.set_title(f"{panel} = {value}")
     ax.set_ylim(0, 105)
     ax.grid(axis="y", alpha=0.3)
