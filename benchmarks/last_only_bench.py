@@ -11,7 +11,12 @@ parameters (frozen leaves under stop_gradient, as `train.train_step` has
 them), computed two ways in the same process:
   full       `models.apply(params, spec, tokens)[:, -1]`: every row's logits;
   last_only  `models.apply(..., last_only=True)`: the last layer's queries,
-             attention output, residual, MLP and unembedding for the last row.
+             attention output, residual, MLP and unembedding for the last row;
+  m_wide     with impl xla_cpu, the random UT's last_only computed layer by
+             layer on the M-wide state (`ut.cpu.forward.apply_m_wide`), the
+             order `last_only` used before the attention-only two-layer
+             random UT's coefficient form (`_random_attn_last`); printed for
+             the random UTs only (elsewhere it is last_only itself).
 Models: configs/dyck.py (batch 128, 60 brackets and the '?': T = 61) with
 model=sparse, random, random with m=512, trained, and trained with
 variant=res_ln_mlp (spec and parameters as `ut.training.train` builds them:
@@ -27,9 +32,11 @@ FLOP count of each compiled step (cost_analysis), and the largest relative
 difference of the two gradients (float32 rounding only: they are the same
 function). --microbatches=N splits the batch into N parts whose gradients a
 lax.scan adds up (as `train.grad_sums`); 0: `train.default_microbatches`, the
-count a CPU training run uses (the same for both contenders).
+count a CPU training run uses (the same for full and last_only; m_wide
+gets the count the rule gives the M-wide order).
 """
 
+import dataclasses
 import math
 import os
 import statistics
@@ -41,6 +48,7 @@ import jax.numpy as jnp
 import optax
 
 from configs import dyck as dyck_config
+from ut.cpu import forward as cpu_forward
 from ut.io import roofline as roofline_lib
 from ut.training import data as data_lib
 from ut.training import models
@@ -70,7 +78,7 @@ _IMPL = flags.DEFINE_enum(
     "impl",
     "auto",
     list(models.IMPLS),
-    "model.impl: the implementation both contenders run.",
+    "model.impl: the implementation every contender runs.",
 )
 _MICROBATCHES = flags.DEFINE_integer(
     "microbatches",
@@ -94,9 +102,10 @@ def make_case(name):
   return spec, params, jax.device_put(batch)
 
 
-def grad_step(spec, params, microbatches, last_only):
+def grad_step(spec, params, microbatches, last_only, apply=models.apply):
   """The jitted step: (loss, gradients) of the last position's mean
-  cross-entropy, summed over `microbatches` parts by a lax.scan."""
+  cross-entropy, summed over `microbatches` parts by a lax.scan; apply:
+  `models.apply` or a function of the same arguments."""
   labels = models.labels(params, spec)
 
   def loss_sum(params, part):
@@ -105,7 +114,7 @@ def grad_step(spec, params, microbatches, last_only):
         params,
         labels,
     )
-    logits = models.apply(params, spec, part["tokens"], last_only=last_only)
+    logits = apply(params, spec, part["tokens"], last_only=last_only)
     return optax.softmax_cross_entropy_with_integer_labels(
         logits[:, -1], part["labels"]
     ).sum()
@@ -143,17 +152,29 @@ def bench(name, roofline, repeats, min_block_s):
   spec, params, batch = make_case(name)
   b, t = batch["tokens"].shape
   n = _MICROBATCHES.value or train.default_microbatches(b, t, spec)
+  contenders = [
+      ("full", False, models.apply, n),
+      ("last_only", True, models.apply, n),
+  ]
+  n_wide = None
+  if spec.kind == "random" and models.resolve_impl(spec.impl) == "xla_cpu":
+    # With --microbatches=0, the count the rule gives the M-wide order.
+    wide = dataclasses.replace(spec, last_only=False)
+    n_wide = _MICROBATCHES.value or train.default_microbatches(b, t, wide)
+    contenders.append(("m_wide", True, cpu_forward.apply_m_wide, n_wide))
   compiled = {
-      label: grad_step(spec, params, n, last_only)
+      label: grad_step(spec, params, parts, last_only, apply)
       .lower(params, batch)
       .compile()
-      for label, last_only in (("full", False), ("last_only", True))
+      for label, last_only, apply, parts in contenders
   }
   outs = {label: fn(params, batch) for label, fn in compiled.items()}
   flat = {label: jax.tree.leaves(out) for label, out in outs.items()}
   rel = max(
       float(jnp.abs(g - w).max() / jnp.maximum(jnp.abs(w).max(), 1e-30))
-      for g, w in zip(flat["last_only"], flat["full"])
+      for label in flat
+      if label != "full"
+      for g, w in zip(flat[label], flat["full"])
   )
 
   def steps(fn):
@@ -182,10 +203,13 @@ def bench(name, roofline, repeats, min_block_s):
       shape=(
           f"{spec.kind}/{spec.variant} M={spec.model_width} "
           f"H={spec.num_heads} L={spec.num_layers} T={t} B={b} "
-          f"microbatches={n} impl={models.resolve_impl(spec.impl)}"
+          f"microbatches={n}"
+          + ("" if n_wide is None else f" (m_wide {n_wide})")
+          + f" impl={models.resolve_impl(spec.impl)}"
       ),
       full_ms=med["full"] * 1e3,
       last_ms=med["last_only"] * 1e3,
+      m_wide_ms=med["m_wide"] * 1e3 if "m_wide" in med else None,
       roof_gflops=roof_flops / med["roofline"] / 1e9,
       full_gf=xla_flops(compiled["full"]) / 1e9,
       last_gf=xla_flops(compiled["last_only"]) / 1e9,
@@ -210,6 +234,7 @@ def main(argv):
   results = []
   header = (
       f"  {'model':<12s} {'full ms':>8s} {'last ms':>8s} {'ratio':>6s} "
+      f"{'m_wide ms':>9s} {'m_wide/last':>11s} "
       f"{'full GF':>8s} {'last GF':>8s} {'matmul GF/s':>11s} {'grad rel':>9s}"
   )
   for name in _MODELS.value:
@@ -222,16 +247,24 @@ def main(argv):
     )
   print(header)
   for r in results:
+    wide = r["m_wide_ms"]
+    wide_cols = (
+        f"{wide:9.2f} {wide / r['last_ms']:11.2f}"
+        if wide is not None
+        else f"{'-':>9s} {'-':>11s}"
+    )
     print(
         f"  {r['name']:<12s} {r['full_ms']:8.2f} {r['last_ms']:8.2f} "
-        f"{r['full_ms'] / r['last_ms']:6.2f} {r['full_gf']:8.3f} "
+        f"{r['full_ms'] / r['last_ms']:6.2f} {wide_cols} {r['full_gf']:8.3f} "
         f"{r['last_gf']:8.3f} {r['roof_gflops']:11.1f} {r['rel']:9.1e}"
     )
   print(
-      "  ratio = full ms / last_only ms; GF = XLA's FLOP count of the "
+      "  ratio = full ms / last_only ms; m_wide/last = m_wide ms / "
+      "last_only ms; GF = XLA's FLOP count of the "
       "compiled step (with microbatches, XLA counts the scan's body once: "
       "one part's); matmul GF/s = the 2048^2 float32 jnp.dot timed in the "
-      "same rounds; grad rel = max |last_only - full| / max |full| per leaf"
+      "same rounds; grad rel = max |last_only or m_wide - full| / max |full| "
+      "per leaf"
   )
 
 

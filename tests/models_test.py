@@ -562,6 +562,59 @@ class LastOnlyTest(parameterized.TestCase):
               err_msg=f"{msg} {jax.tree_util.keystr(path)}",
           )
 
+  @parameterized.parameters(True, False)
+  def test_random_attn_two_layers_last_row_without_an_m_wide_state(
+      self, causal
+  ):
+    """xla_cpu's two-layer attention-only random UT with last_only
+    (`ut.cpu.forward._random_attn_last`, Dyck's random UT) against the
+    reference's full forward, float64, gradients included; and that it never
+    forms an m-wide state (m = 256, large beside T and V)."""
+    spec = make_spec(
+        "random", "attn", num_layers=2, causal=causal, m=256, impl="xla_cpu"
+    )
+    ref = dataclasses.replace(spec, impl="reference")
+    params, tokens = make_inputs(ref, seed=5)
+    with jax.enable_x64(True):
+      p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+      (want, want_grads), (got, grads) = (
+          last_row_loss_and_grads(p64, ref, tokens)[0],
+          last_row_loss_and_grads(p64, spec, tokens)[1],
+      )
+    np.testing.assert_allclose(
+        got, want[:, -1:], atol=LAST_ONLY_TOL, rtol=LAST_ONLY_TOL
+    )
+    self.assertGreater(np.abs(want[:, -1] - want[:, -2]).max(), 1e-3)
+    for name in ("token", "position"):
+      w = want_grads["embed"][name]
+      self.assertGreater(np.abs(w).max(), 1e-6, name)
+      np.testing.assert_allclose(
+          grads["embed"][name],
+          w,
+          atol=LAST_ONLY_TOL * np.abs(w).max(),
+          rtol=LAST_ONLY_TOL,
+          err_msg=name,
+      )
+    np.testing.assert_allclose(
+        grads["unembed"],
+        want_grads["unembed"],
+        atol=LAST_ONLY_TOL * np.abs(want_grads["unembed"]).max(),
+        rtol=LAST_ONLY_TOL,
+    )
+
+    # Matmul cost per added string: below forming layer 1's m-wide output
+    # from its P = H (T + V) coefficients (2 T P m), let alone the value
+    # product of the m-wide order (2 T m^2 H).
+    def flops(tokens):
+      return dot_flops(
+          jax.make_jaxpr(
+              lambda p: models.apply(p, spec, tokens, last_only=True)
+          )(params).jaxpr
+      )
+
+    added = flops(jnp.tile(tokens, (2, 1))) - flops(tokens)
+    self.assertLess(added, 2 * B * T * 2 * (T + VOCAB) * 256)
+
   @parameterized.product(
       kind=models.KINDS, impl=("reference", "xla_cpu"), num_layers=(1, 2)
   )

@@ -408,6 +408,16 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     # (5 x 512^2) = 3.8.
     wide = models.ModelSpec("random", "attn", 4, 61, 2, m=512)
     self.assertEqual(train.default_microbatches(128, 61, wide), 2)
+    # Its last row alone (Dyck) has the coefficient form, no m-wide state:
+    # the batch whole; with the reference implementation, the rule above.
+    last = dataclasses.replace(wide, last_only=True)
+    self.assertEqual(train.default_microbatches(128, 61, last), 1)
+    self.assertEqual(
+        train.default_microbatches(
+            128, 61, dataclasses.replace(last, impl="reference")
+        ),
+        2,
+    )
     # A narrow random UT whose attention dominates runs one string a part
     # (Zhong & Andreas's size: m = 16, 4 heads, T = 61).
     narrow = models.ModelSpec(

@@ -8,7 +8,8 @@ heads, K head width, F_j the width a sparse level holds, d sparse block width.
 but:
   - every op comes from `kernels` (custom VJPs, LayerNorm row sums as matmuls);
   - the random UT's first layer is computed from the embedding tables
-    (`_random_first_layer`);
+    (`_random_first_layer`), and the two-layer attention-only random UT's
+    last row (Dyck) without any M-wide state (`_random_attn_last`);
   - the sparse UT keeps its state as one array per level and folds the
     parameter-free LayerNorm into what reads it (`_apply_sparse`).
 
@@ -34,6 +35,28 @@ def apply(params, spec, tokens_BxT, precision=None, last_only=False):
   row; the last row sees every position, so it has no causal mask)."""
   if spec.kind == "sparse":
     return _apply_sparse(params, spec, tokens_BxT, precision, last_only)
+  if coefficient_form(spec, last_only):
+    return _random_attn_last(params, spec, tokens_BxT, precision)
+  return apply_m_wide(params, spec, tokens_BxT, precision, last_only)
+
+
+def coefficient_form(spec, last_only):
+  """Whether `apply` computes the logits without an M-wide state: the last row
+  (last_only) of the two-layer attention-only random UT (`_random_attn_last`;
+  Dyck's random UT)."""
+  return (
+      last_only
+      and spec.kind == "random"
+      and spec.variant == "attn"
+      and spec.num_layers == 2
+  )
+
+
+def apply_m_wide(params, spec, tokens_BxT, precision=None, last_only=False):
+  """`apply` for the random and trained kinds, layer by layer on the M-wide
+  state (every case but the two-layer attention-only random UT's last row,
+  which `apply` computes from `_random_attn_last`; kept callable for it as
+  the baseline of benchmarks/last_only_bench.py)."""
   t = tokens_BxT.shape[1]
   z = (
       kernels.token_embed(tokens_BxT, params["embed"]["token"], precision)
@@ -133,6 +156,85 @@ def _random_first_layer(
   return kernels.batched_matmul(
       lhs, rhs.reshape(-1, rhs.shape[-1]), precision
   ).reshape(b, t, -1)
+
+
+def _random_attn_last(params, spec, tokens_BxT, precision):
+  """The last row's logits (B, 1, C) of the two-layer attention-only random
+  UT, computed without an M-wide state.
+
+  Layer 1's input z = E_tok[x] + E_pos[t] has V + T distinct rows, so its
+  output is x1 = lhs R: R (P, M) stacks the rows of E_pos wv_h and E_tok wv_h
+  over heads (P = H (T + V)), and lhs (B, T, P) holds [A_h, A_h onehot] as
+  in `_random_first_layer`. Layer 2 reads x1 only linearly, so it reads lhs
+  through R's products: its keys are lhs (R wk), the last row's query
+  lhs[-1] (R wq), and its logits sum_h (A_h lhs) (R wv_h U). Layer 1's
+  queries and keys come from tables the same way, (E_tok wq)[x] +
+  (E_pos wq)[t]. Per string that is about T P K H + T^2 K H multiply-adds,
+  where the M-wide order spends about T M (P + 4 K H); the tables cost
+  (T + V) M^2 H per step, whatever the batch.
+  """
+  b, s = tokens_BxT.shape
+  wq1, wk1, wv1, _ = transformer.layer_params(params["layers"], 0)
+  wq2, wk2, wv2, _ = transformer.layer_params(params["layers"], 1)
+  tok_VxM = params["embed"]["token"]
+  pos_SxM = params["embed"]["position"][:s]
+  onehot_BxSxV = jax.nn.one_hot(
+      tokens_BxT, tok_VxM.shape[0], dtype=tok_VxM.dtype
+  )
+
+  def from_tables(w_HxMxK):  # (z w_h) for every head, (B, H, S, K).
+    tok_VxHxK = jnp.einsum("vm,hmk->vhk", tok_VxM, w_HxMxK, precision=precision)
+    pos_HxSxK = jnp.einsum("sm,hmk->hsk", pos_SxM, w_HxMxK, precision=precision)
+    rows_BxSxHxK = kernels.batched_matmul(
+        onehot_BxSxV.reshape(b * s, -1),
+        tok_VxHxK.reshape(tok_VxHxK.shape[0], -1),
+        precision,
+    ).reshape(b, s, *tok_VxHxK.shape[1:])
+    return rows_BxSxHxK.transpose(0, 2, 1, 3) + pos_HxSxK[None]
+
+  a1_BxHxSxS = kernels.attention_weights(
+      from_tables(wq1),
+      from_tables(wk1),
+      causal=spec.causal,
+      precision=precision,
+  )
+  c_BxSxHxV = jnp.einsum(
+      "bhts,bsv->bthv", a1_BxHxSxS, onehot_BxSxV, precision=precision
+  )
+  lhs_BxSxP = jnp.concatenate(
+      [a1_BxHxSxS.transpose(0, 2, 1, 3), c_BxSxHxV], axis=-1
+  ).reshape(b, s, -1)
+  r_HxSxM = jnp.einsum("sm,hmn->hsn", pos_SxM, wv1, precision=precision)
+  r_HxVxM = jnp.einsum("vm,hmn->hvn", tok_VxM, wv1, precision=precision)
+  r_PxM = jnp.concatenate([r_HxSxM, r_HxVxM], axis=1).reshape(
+      -1, pos_SxM.shape[1]
+  )
+  rq_PxHxK = jnp.einsum("pm,hmk->phk", r_PxM, wq2, precision=precision)
+  rk_PxHxK = jnp.einsum("pm,hmk->phk", r_PxM, wk2, precision=precision)
+  q_BxHx1xK = jnp.einsum(
+      "bp,phk->bhk", lhs_BxSxP[:, -1], rq_PxHxK, precision=precision
+  )[:, :, None]
+  k_BxSxHxK = kernels.batched_matmul(
+      lhs_BxSxP.reshape(b * s, -1),
+      rk_PxHxK.reshape(rk_PxHxK.shape[0], -1),
+      precision,
+  ).reshape(b, s, *rk_PxHxK.shape[1:])
+  a2_BxHx1xS = kernels.attention_weights(
+      q_BxHx1xK,
+      k_BxSxHxK.transpose(0, 2, 1, 3),
+      causal=spec.causal,
+      precision=precision,
+  )
+  ax_BxHxP = jnp.einsum(
+      "bhqs,bsp->bhp", a2_BxHx1xS, lhs_BxSxP, precision=precision
+  )
+  vu_HxMxC = jnp.einsum(
+      "hmn,nc->hmc", wv2, params["unembed"], precision=precision
+  )
+  ru_HxPxC = jnp.einsum("pm,hmc->hpc", r_PxM, vu_HxMxC, precision=precision)
+  return jnp.einsum("bhp,hpc->bc", ax_BxHxP, ru_HxPxC, precision=precision)[
+      :, None
+  ]
 
 
 def _levels(ut, w, axis=-1):

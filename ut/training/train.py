@@ -25,6 +25,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
+from ut.cpu import forward as cpu_forward
 from ut.cpu import host
 from ut.errors import UserError
 from ut.io import reports
@@ -180,7 +181,16 @@ def default_microbatches(batch_size, num_tokens, spec):
   into by default: `ut.cpu.host.microbatches`, cache-sized parts on CPU and
   the whole batch elsewhere. A token's activations are the model width wide,
   plus the MLP's hidden width with res_ln_mlp; the rule adds each string's
-  attention scores and picks the budget by kind (and m for a random UT)."""
+  attention scores and picks the budget by kind (and m for a random UT).
+  The random UT's coefficient form (`ut.cpu.forward.coefficient_form`, whose
+  cost does not grow with m) takes the batch whole: 1 part was its fastest
+  of 1, 4 and 16 at m = 256 and 512 (benchmarks/last_only_bench.py)."""
+  if (
+      host.on_cpu()
+      and models.resolve_impl(spec.impl) == "xla_cpu"
+      and cpu_forward.coefficient_form(spec, spec.last_only)
+  ):
+    return 1
   width = spec.model_width + (
       spec.mlp_hidden_width if spec.variant == "res_ln_mlp" else 0
   )
