@@ -14,8 +14,8 @@ them), computed two ways in the same process:
              attention output, residual, MLP and unembedding for the last row;
   m_wide     with impl xla_cpu, the random UT's last_only computed layer by
              layer on the M-wide state (`ut.cpu.forward.apply_m_wide`), the
-             order `last_only` used before the attention-only two-layer
-             random UT's coefficient form (`_random_attn_last`); printed for
+             order `last_only` used before the attention-only random UT's
+             coefficient form (`_random_attn_coefficients`); printed for
              the random UTs only (elsewhere it is last_only itself).
 Models: configs/dyck.py (batch 128, 60 brackets and the '?': T = 61) with
 model=sparse, random, random with m=512, trained, and trained with

@@ -26,6 +26,7 @@ import numpy as np
 from configs import dyck as dyck_config
 from tests import xla_settings
 from ut.core.constructions import sparse
+from ut.cpu import forward as cpu_forward
 from ut.errors import UserError
 from ut.training import data as data_lib
 from ut.training import models
@@ -562,49 +563,72 @@ class LastOnlyTest(parameterized.TestCase):
               err_msg=f"{msg} {jax.tree_util.keystr(path)}",
           )
 
-  @parameterized.parameters(True, False)
-  def test_random_attn_two_layers_last_row_without_an_m_wide_state(
-      self, causal
-  ):
-    """xla_cpu's two-layer attention-only random UT with last_only
-    (`ut.cpu.forward._random_attn_last`, Dyck's random UT) against the
-    reference's full forward, float64, gradients included; and that it never
-    forms an m-wide state (m = 256, large beside T and V)."""
+  @parameterized.product(num_layers=(1, 2, 3), causal=(True, False))
+  def test_random_attn_coefficient_form(self, num_layers, causal):
+    """The attention-only random UT without an m-wide state
+    (`ut.cpu.forward._random_attn_coefficients`, which xla_cpu's apply
+    takes here), and the m-wide order it replaces (`apply_m_wide`), against
+    the reference, float64: every row's logits and the last row's alone,
+    and the gradients of a cross-entropy on them w.r.t. E and U."""
     spec = make_spec(
-        "random", "attn", num_layers=2, causal=causal, m=256, impl="xla_cpu"
+        "random", "attn", num_layers=num_layers, causal=causal, impl="xla_cpu"
     )
+    self.assertTrue(cpu_forward.coefficient_form(spec, T))
     ref = dataclasses.replace(spec, impl="reference")
-    params, tokens = make_inputs(ref, seed=5)
+    params, tokens = make_inputs(ref, seed=5 + num_layers)
+    labels = tokens % CLASSES
+
+    @functools.partial(jax.jit, static_argnums=(1, 2))
+    def logits_and_grads(p, apply, last_only):
+      def loss(p):
+        logits = apply(p, spec, tokens, last_only=last_only)
+        rows = labels[:, -logits.shape[1] :]
+        logp = jax.nn.log_softmax(logits)
+        ce = -jnp.take_along_axis(logp, rows[..., None], -1).sum()
+        return ce, logits
+
+      (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(p)
+      return logits, grads
+
+    ref_apply = lambda p, s, x, last_only: models.apply(
+        p, ref, x, last_only=last_only
+    )
     with jax.enable_x64(True):
       p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
-      (want, want_grads), (got, grads) = (
-          last_row_loss_and_grads(p64, ref, tokens)[0],
-          last_row_loss_and_grads(p64, spec, tokens)[1],
-      )
-    np.testing.assert_allclose(
-        got, want[:, -1:], atol=LAST_ONLY_TOL, rtol=LAST_ONLY_TOL
-    )
-    self.assertGreater(np.abs(want[:, -1] - want[:, -2]).max(), 1e-3)
-    for name in ("token", "position"):
-      w = want_grads["embed"][name]
-      self.assertGreater(np.abs(w).max(), 1e-6, name)
-      np.testing.assert_allclose(
-          grads["embed"][name],
-          w,
-          atol=LAST_ONLY_TOL * np.abs(w).max(),
-          rtol=LAST_ONLY_TOL,
-          err_msg=name,
-      )
-    np.testing.assert_allclose(
-        grads["unembed"],
-        want_grads["unembed"],
-        atol=LAST_ONLY_TOL * np.abs(want_grads["unembed"]).max(),
-        rtol=LAST_ONLY_TOL,
-    )
+      for last_only in (False, True):
+        want, want_grads = logits_and_grads(p64, ref_apply, last_only)
+        self.assertGreater(np.abs(want_grads["embed"]["position"]).max(), 1e-6)
+        for apply in (models.apply, cpu_forward.apply_m_wide):
+          got, grads = logits_and_grads(p64, apply, last_only)
+          msg = f"{apply.__module__} last_only={last_only}"
+          np.testing.assert_allclose(
+              got, want, atol=LAST_ONLY_TOL, rtol=LAST_ONLY_TOL, err_msg=msg
+          )
+          for name, g, w in (
+              ("token", grads["embed"]["token"], want_grads["embed"]["token"]),
+              (
+                  "position",
+                  grads["embed"]["position"],
+                  want_grads["embed"]["position"],
+              ),
+              ("unembed", grads["unembed"], want_grads["unembed"]),
+          ):
+            np.testing.assert_allclose(
+                g,
+                w,
+                atol=LAST_ONLY_TOL * np.abs(w).max(),
+                rtol=LAST_ONLY_TOL,
+                err_msg=f"{msg} {name}",
+            )
 
-    # Matmul cost per added string: below forming layer 1's m-wide output
-    # from its P = H (T + V) coefficients (2 T P m), let alone the value
-    # product of the m-wide order (2 T m^2 H).
+  def test_random_attn_coefficient_form_never_forms_an_m_wide_state(self):
+    """At m = 256, large beside T and V, the two-layer UT's matmuls cost per
+    added string less than forming layer 1's m-wide output from its
+    P = H (T + V) coefficients (2 T P m), let alone the value product of the
+    m-wide order (2 T m^2 H); and not at m below its widest state."""
+    spec = make_spec("random", "attn", num_layers=2, m=256, impl="xla_cpu")
+    params, tokens = make_inputs(spec, seed=5)
+
     def flops(tokens):
       return dot_flops(
           jax.make_jaxpr(
@@ -614,6 +638,15 @@ class LastOnlyTest(parameterized.TestCase):
 
     added = flops(jnp.tile(tokens, (2, 1))) - flops(tokens)
     self.assertLess(added, 2 * B * T * 2 * (T + VOCAB) * 256)
+    self.assertTrue(cpu_forward.coefficient_form(spec, T))
+    self.assertEqual(cpu_forward.coefficient_width(spec, T), 2 * (T + VOCAB))
+    narrow = dataclasses.replace(spec, m=2 * (T + VOCAB) - 1)
+    self.assertFalse(cpu_forward.coefficient_form(narrow, T))
+    self.assertFalse(
+        cpu_forward.coefficient_form(
+            dataclasses.replace(spec, variant="res_ln"), T
+        )
+    )
 
   @parameterized.product(
       kind=models.KINDS, impl=("reference", "xla_cpu"), num_layers=(1, 2)

@@ -406,18 +406,22 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertEqual(train.default_microbatches(128, 61, trained), 8)
     # The random UT's budget grows with m^2: 128 x (61 x 512 + 2 x 61^2) /
     # (5 x 512^2) = 3.8.
-    wide = models.ModelSpec("random", "attn", 4, 61, 2, m=512)
+    wide = models.ModelSpec("random", "res_ln", 4, 61, 2, m=512)
     self.assertEqual(train.default_microbatches(128, 61, wide), 2)
-    # Its last row alone (Dyck) has the coefficient form, no m-wide state:
-    # the batch whole; with the reference implementation, the rule above.
-    last = dataclasses.replace(wide, last_only=True)
-    self.assertEqual(train.default_microbatches(128, 61, last), 1)
+    # Attention-only, it has the coefficient form (no m-wide state; its
+    # widest state 2 x (61 + 4) = 130 <= m): the batch whole. With the
+    # reference implementation, or at m = 64 < 130, the rule above.
+    attn = dataclasses.replace(wide, variant="attn")
+    self.assertEqual(train.default_microbatches(128, 61, attn), 1)
     self.assertEqual(
         train.default_microbatches(
-            128, 61, dataclasses.replace(last, impl="reference")
+            128, 61, dataclasses.replace(attn, impl="reference")
         ),
         2,
     )
+    narrow_attn = dataclasses.replace(attn, m=64)
+    # 128 x (61 x 64 + 2 x 61^2) / (5 x 64^2) = 72.9: 64 parts.
+    self.assertEqual(train.default_microbatches(128, 61, narrow_attn), 64)
     # A narrow random UT whose attention dominates runs one string a part
     # (Zhong & Andreas's size: m = 16, 4 heads, T = 61).
     narrow = models.ModelSpec(

@@ -8,8 +8,8 @@ heads, K head width, F_j the width a sparse level holds, d sparse block width.
 but:
   - every op comes from `kernels` (custom VJPs, LayerNorm row sums as matmuls);
   - the random UT's first layer is computed from the embedding tables
-    (`_random_first_layer`), and the two-layer attention-only random UT's
-    last row (Dyck) without any M-wide state (`_random_attn_last`);
+    (`_random_first_layer`), and the attention-only random UT without any
+    M-wide state where that is less work (`_random_attn_coefficients`);
   - the sparse UT keeps its state as one array per level and folds the
     parameter-free LayerNorm into what reads it (`_apply_sparse`).
 
@@ -35,28 +35,40 @@ def apply(params, spec, tokens_BxT, precision=None, last_only=False):
   row; the last row sees every position, so it has no causal mask)."""
   if spec.kind == "sparse":
     return _apply_sparse(params, spec, tokens_BxT, precision, last_only)
-  if coefficient_form(spec, last_only):
-    return _random_attn_last(params, spec, tokens_BxT, precision)
+  if coefficient_form(spec, tokens_BxT.shape[1]):
+    return _random_attn_coefficients(
+        params, spec, tokens_BxT, precision, last_only
+    )
   return apply_m_wide(params, spec, tokens_BxT, precision, last_only)
 
 
-def coefficient_form(spec, last_only):
-  """Whether `apply` computes the logits without an M-wide state: the last row
-  (last_only) of the two-layer attention-only random UT (`_random_attn_last`;
-  Dyck's random UT)."""
+def coefficient_width(spec, num_tokens):
+  """P, the widest coefficient state of `_random_attn_coefficients`: layer
+  L - 1's output is a mix of H^(L-1) (T + V) rows (layer 1's: H (T + V);
+  a one-layer UT's: its input's T + V)."""
+  return spec.num_heads ** (spec.num_layers - 1) * (
+      num_tokens + spec.vocab_size
+  )
+
+
+def coefficient_form(spec, num_tokens):
+  """Whether `apply` computes an attention-only random UT without an M-wide
+  state (`_random_attn_coefficients`): no residual or LayerNorm, and its
+  widest coefficient state no wider than M (`coefficient_width`), so that
+  it is never more work. Dyck's random UT (L = 2, T = 61, V = 4: P = 130)
+  at m >= 130; the learnability's (L = 3, T = 32) at m = 2880."""
   return (
-      last_only
-      and spec.kind == "random"
+      spec.kind == "random"
       and spec.variant == "attn"
-      and spec.num_layers == 2
+      and not spec.residual
+      and coefficient_width(spec, num_tokens) <= spec.model_width
   )
 
 
 def apply_m_wide(params, spec, tokens_BxT, precision=None, last_only=False):
   """`apply` for the random and trained kinds, layer by layer on the M-wide
-  state (every case but the two-layer attention-only random UT's last row,
-  which `apply` computes from `_random_attn_last`; kept callable for it as
-  the baseline of benchmarks/last_only_bench.py)."""
+  state: every case but `coefficient_form`'s (callable for those too, as
+  the baseline of benchmarks/last_only_bench.py and of the tests)."""
   t = tokens_BxT.shape[1]
   z = (
       kernels.token_embed(tokens_BxT, params["embed"]["token"], precision)
@@ -158,83 +170,104 @@ def _random_first_layer(
   ).reshape(b, t, -1)
 
 
-def _random_attn_last(params, spec, tokens_BxT, precision):
-  """The last row's logits (B, 1, C) of the two-layer attention-only random
-  UT, computed without an M-wide state.
+def _random_attn_coefficients(
+    params, spec, tokens_BxT, precision, last_only=False
+):
+  """The logits (B, T, C) of the attention-only random UT ((B, 1, C), the last
+  row's, with last_only), computed without an M-wide state.
 
-  Layer 1's input z = E_tok[x] + E_pos[t] has V + T distinct rows, so its
-  output is x1 = lhs R: R (P, M) stacks the rows of E_pos wv_h and E_tok wv_h
-  over heads (P = H (T + V)), and lhs (B, T, P) holds [A_h, A_h onehot] as
-  in `_random_first_layer`. Layer 2 reads x1 only linearly, so it reads lhs
-  through R's products: its keys are lhs (R wk), the last row's query
-  lhs[-1] (R wq), and its logits sum_h (A_h lhs) (R wv_h U). Layer 1's
-  queries and keys come from tables the same way, (E_tok wq)[x] +
-  (E_pos wq)[t]. Per string that is about T P K H + T^2 K H multiply-adds,
-  where the M-wide order spends about T M (P + 4 K H); the tables cost
-  (T + V) M^2 H per step, whatever the batch.
+  Its input z = E_tok[x] + E_pos[t] has V + T distinct rows: z = lhs_0 R_0
+  with lhs_0 = [onehot(t), onehot(x)] and R_0 = [E_pos; E_tok]. A layer maps
+  x = lhs R to sum_h A_h lhs R wv_h = lhs' R' with lhs' = [A_h lhs]_h and
+  R' = [R wv_h]_h (H times the rows), and reads x only through x wq and
+  x wk = lhs (R wk). So every layer runs on coefficients lhs (B, T, P) and
+  the tables R (P, M), P = (T + V) H^l: layer 1 takes its queries and keys
+  from R_0's tables and builds lhs_1 = [A_h, A_h onehot(x)]_h (onehot(t)
+  needs no matmul); the last layer's logits are sum_h (A_h lhs) (R wv_h U),
+  so its tables are never M wide. Per string that is about T P (K H + T H)
+  multiply-adds where the M-wide order spends about T M (M H + K H); what
+  grows with M, the tables (about P M^2 H), is paid once a step.
+  `coefficient_form` says when it is used.
   """
   b, s = tokens_BxT.shape
-  wq1, wk1, wv1, _ = transformer.layer_params(params["layers"], 0)
-  wq2, wk2, wv2, _ = transformer.layer_params(params["layers"], 1)
   tok_VxM = params["embed"]["token"]
   pos_SxM = params["embed"]["position"][:s]
   onehot_BxSxV = jax.nn.one_hot(
       tokens_BxT, tok_VxM.shape[0], dtype=tok_VxM.dtype
   )
 
-  def from_tables(w_HxMxK):  # (z w_h) for every head, (B, H, S, K).
-    tok_VxHxK = jnp.einsum("vm,hmk->vhk", tok_VxM, w_HxMxK, precision=precision)
-    pos_HxSxK = jnp.einsum("sm,hmk->hsk", pos_SxM, w_HxMxK, precision=precision)
-    rows_BxSxHxK = kernels.batched_matmul(
-        onehot_BxSxV.reshape(b * s, -1),
-        tok_VxHxK.reshape(tok_VxHxK.shape[0], -1),
-        precision,
-    ).reshape(b, s, *tok_VxHxK.shape[1:])
-    return rows_BxSxHxK.transpose(0, 2, 1, 3) + pos_HxSxK[None]
+  def rows(w_HxMxN, of):  # [R w_h]_h as (P, H, N): of = (pos, tok) tables.
+    return jnp.concatenate(
+        [
+            jnp.einsum("pm,hmn->phn", r, w_HxMxN, precision=precision)
+            for r in of
+        ],
+        axis=0,
+    )
 
-  a1_BxHxSxS = kernels.attention_weights(
-      from_tables(wq1),
-      from_tables(wk1),
-      causal=spec.causal,
-      precision=precision,
-  )
-  c_BxSxHxV = jnp.einsum(
-      "bhts,bsv->bthv", a1_BxHxSxS, onehot_BxSxV, precision=precision
-  )
-  lhs_BxSxP = jnp.concatenate(
-      [a1_BxHxSxS.transpose(0, 2, 1, 3), c_BxSxHxV], axis=-1
-  ).reshape(b, s, -1)
-  r_HxSxM = jnp.einsum("sm,hmn->hsn", pos_SxM, wv1, precision=precision)
-  r_HxVxM = jnp.einsum("vm,hmn->hvn", tok_VxM, wv1, precision=precision)
-  r_PxM = jnp.concatenate([r_HxSxM, r_HxVxM], axis=1).reshape(
-      -1, pos_SxM.shape[1]
-  )
-  rq_PxHxK = jnp.einsum("pm,hmk->phk", r_PxM, wq2, precision=precision)
-  rk_PxHxK = jnp.einsum("pm,hmk->phk", r_PxM, wk2, precision=precision)
-  q_BxHx1xK = jnp.einsum(
-      "bp,phk->bhk", lhs_BxSxP[:, -1], rq_PxHxK, precision=precision
-  )[:, :, None]
-  k_BxSxHxK = kernels.batched_matmul(
-      lhs_BxSxP.reshape(b * s, -1),
-      rk_PxHxK.reshape(rk_PxHxK.shape[0], -1),
-      precision,
-  ).reshape(b, s, *rk_PxHxK.shape[1:])
-  a2_BxHx1xS = kernels.attention_weights(
-      q_BxHx1xK,
-      k_BxSxHxK.transpose(0, 2, 1, 3),
-      causal=spec.causal,
-      precision=precision,
-  )
-  ax_BxHxP = jnp.einsum(
-      "bhqs,bsp->bhp", a2_BxHx1xS, lhs_BxSxP, precision=precision
-  )
-  vu_HxMxC = jnp.einsum(
-      "hmn,nc->hmc", wv2, params["unembed"], precision=precision
-  )
-  ru_HxPxC = jnp.einsum("pm,hmc->hpc", r_PxM, vu_HxMxC, precision=precision)
-  return jnp.einsum("bhp,hpc->bc", ax_BxHxP, ru_HxPxC, precision=precision)[
-      :, None
-  ]
+  def project(lhs_BxSxP, r_PxHxK):  # (lhs R w_h) for every head, (B, H, S, K).
+    out = kernels.batched_matmul(
+        lhs_BxSxP.reshape(-1, lhs_BxSxP.shape[-1]),
+        r_PxHxK.reshape(r_PxHxK.shape[0], -1),
+        precision,
+    )
+    return out.reshape(*lhs_BxSxP.shape[:2], *r_PxHxK.shape[1:]).transpose(
+        0, 2, 1, 3
+    )
+
+  def from_tables(w_HxMxK):  # Layer 1: (E_tok w)[x] + (E_pos w)[t].
+    tok_VxHxK, pos_SxHxK = (
+        jnp.einsum("vm,hmk->vhk", tok_VxM, w_HxMxK, precision=precision),
+        jnp.einsum("sm,hmk->shk", pos_SxM, w_HxMxK, precision=precision),
+    )
+    return project(onehot_BxSxV, tok_VxHxK) + pos_SxHxK.transpose(1, 0, 2)[None]
+
+  tables = (pos_SxM, tok_VxM)  # R_0's rows: positions, then tokens.
+  lhs_BxSxP = None
+  for layer in range(spec.num_layers):
+    last = layer == spec.num_layers - 1
+    wq, wk, wv, _ = transformer.layer_params(params["layers"], layer)
+    if layer == 0:
+      q_BxHxSxK, k_BxHxSxK = from_tables(wq), from_tables(wk)
+    else:
+      r_PxM = tables[0]
+      q_BxHxSxK = project(lhs_BxSxP, rows(wq, [r_PxM]))
+      k_BxHxSxK = project(lhs_BxSxP, rows(wk, [r_PxM]))
+    if last and last_only:
+      q_BxHxSxK = q_BxHxSxK[:, :, -1:]
+    a_BxHxQxS = kernels.attention_weights(
+        q_BxHxSxK, k_BxHxSxK, causal=spec.causal, precision=precision
+    )
+    q = a_BxHxQxS.shape[2]
+    if layer == 0:  # A_h [onehot(t), onehot(x)] = [A_h, A_h onehot(x)].
+      mixed_BxQxHxP = jnp.concatenate(
+          [
+              a_BxHxQxS.transpose(0, 2, 1, 3),
+              jnp.einsum(
+                  "bhts,bsv->bthv",
+                  a_BxHxQxS,
+                  onehot_BxSxV,
+                  precision=precision,
+              ),
+          ],
+          axis=-1,
+      )
+    else:
+      mixed_BxQxHxP = jnp.einsum(
+          "bhts,bsp->bthp", a_BxHxQxS, lhs_BxSxP, precision=precision
+      )
+    if last:
+      vu_HxMxC = jnp.einsum(
+          "hmn,nc->hmc", wv, params["unembed"], precision=precision
+      )
+      ru_PxHxC = rows(vu_HxMxC, tables)
+      return jnp.einsum(
+          "bthp,phc->btc", mixed_BxQxHxP, ru_PxHxC, precision=precision
+      )
+    lhs_BxSxP = mixed_BxQxHxP.reshape(b, q, -1)
+    # R' = [R wv_h]_h, rows in lhs' order: (h, p).
+    r_PxHxM = rows(wv, tables)
+    tables = (r_PxHxM.transpose(1, 0, 2).reshape(-1, r_PxHxM.shape[-1]),)
 
 
 def _levels(ut, w, axis=-1):

@@ -183,12 +183,13 @@ def default_microbatches(batch_size, num_tokens, spec):
   plus the MLP's hidden width with res_ln_mlp; the rule adds each string's
   attention scores and picks the budget by kind (and m for a random UT).
   The random UT's coefficient form (`ut.cpu.forward.coefficient_form`, whose
-  cost does not grow with m) takes the batch whole: 1 part was its fastest
-  of 1, 4 and 16 at m = 256 and 512 (benchmarks/last_only_bench.py)."""
+  per-string cost does not grow with m) takes the batch whole: 1 part was
+  its fastest of 1, 4 and 16 on Dyck at m = 256 and 512
+  (benchmarks/last_only_bench.py)."""
   if (
       host.on_cpu()
       and models.resolve_impl(spec.impl) == "xla_cpu"
-      and cpu_forward.coefficient_form(spec, spec.last_only)
+      and cpu_forward.coefficient_form(spec, num_tokens)
   ):
     return 1
   width = spec.model_width + (
