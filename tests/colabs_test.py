@@ -323,6 +323,24 @@ class PlotsTest(absltest.TestCase):
     # The res_ln bar stands beside the attn bar of the same width.
     self.assertLess(bars[1][0] - bars[0][0], 1)
 
+  def test_against_width_shows_accuracy_from_chance(self):
+    # Points within a tenth of a point of each other do not fill the panel:
+    # the axis starts at 50% (or 2 points below the lowest mean - std).
+    point = lambda ratio, mean, std: dict(
+        cell="c",
+        ratio=ratio,
+        accuracy_mean=mean,
+        accuracy_std=std,
+        successes=1,
+        seeds=3,
+    )
+    fig = plots.against_width(
+        [point(0.5, 0.998, 0.001), point(1.0, 0.999, math.nan)]
+    )
+    self.assertEqual(fig.axes[0].get_ylim(), (50, 100.5))
+    fig = plots.against_width([point(0.5, 0.30, 0.05), point(1.0, 0.9, 0.0)])
+    self.assertAlmostEqual(fig.axes[0].get_ylim()[0], 23)
+
   def test_compiled_bars(self):
     result = dict(
         rows=[

@@ -255,10 +255,7 @@ def against_width(points):
         (p for p in points if p["cell"] == cell), key=lambda p: p["ratio"]
     )
     x = [p["ratio"] for p in mine]
-    std = [
-        0 if math.isnan(p["accuracy_std"]) else 100 * p["accuracy_std"]
-        for p in mine
-    ]
+    std = _stds(mine)
     acc_ax.errorbar(
         x,
         [100 * p["accuracy_mean"] for p in mine],
@@ -285,8 +282,23 @@ def against_width(points):
     ax.set_ylabel(label)
     ax.grid(alpha=0.3)
   share_ax.set_ylim(-0.05, 1.05)
-  acc_ax.legend(fontsize=8)
+  # From 50% (chance on a balanced task) or below, so that a spread of a
+  # tenth of a point does not fill the panel.
+  lowest = min(
+      (100 * p["accuracy_mean"] - e for p, e in zip(points, _stds(points))),
+      default=50,
+  )
+  acc_ax.set_ylim(min(50, lowest - 2), 100.5)
+  acc_ax.legend(fontsize=8, loc="lower right")
   return fig
+
+
+def _stds(points):
+  """Each point's accuracy_std in percent, 0 where it is NaN (one seed)."""
+  return [
+      0 if math.isnan(p["accuracy_std"]) else 100 * p["accuracy_std"]
+      for p in points
+  ]
 
 
 def curves(runs, title="", threshold=0.99):
