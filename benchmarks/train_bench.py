@@ -52,7 +52,10 @@ FLOP counts of one step, two ways:
             and F_j level widths (sparse), V vocabulary, C classes,
             F = spec.mlp_hidden_width. Forward:
       embedding  2BTVM (a one-hot matmul; the position table is an add)
-      per layer, random   H [2*2BTMK (Z R_Q, Z R_K) + 2BTTK (Q K^T)
+      per layer, random   (an attention-only random UT whose coefficient
+                          form applies, `ut.cpu.forward.coefficient_form`,
+                          the fixed size's among them: `coefficient_flops`)
+                          H [2*2BTMK (Z R_Q, Z R_K) + 2BTTK (Q K^T)
                              + 2BTMM (Z R_V) + 2BTTM (A (Z R_V))], except
                           that layer 1 works from the tables
                           (`ut.cpu.forward._random_first_layer`): in place of
@@ -102,10 +105,12 @@ import jax
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from ut.core.constructions import sparse
+from ut.cpu import forward as cpu_forward
 from ut.errors import UserError
 from ut.io import reports
 from ut.io import roofline as roofline_lib
 from ut.training import data as data_lib
+from ut.training import models
 from ut.training import train
 
 _PART = flags.DEFINE_enum(
@@ -226,10 +231,53 @@ class Result:
     return self.analytic_flops * self.steps_per_s
 
 
+def coefficient_flops(spec, batch_size, num_tokens):
+  """(once, twice): the matmul FLOPs of the attention-only random UT's
+  coefficient form (`ut.cpu.forward._random_attn_coefficients`), every
+  position's logits, split by backward cost (once: one operand frozen or
+  constant; twice: both move). P = (T + V) H^l is the coefficient width
+  entering layer l >= 1 (layer 1's tables are the T + V rows of E):
+    layer 1    queries, keys from tables: per head 2 (V + T) M K (tables) +
+               2 B T V K (one-hot rows); scores 2 B T T K; A one-hot 2 B T T V
+    layer l>1  R wq, R wk: 2 P M K H each (once); lhs (R w): 2 B T P K H each
+               (twice); scores; A lhs: 2 B T T P H (twice)
+    between    next tables [R wv_h]_h: 2 P M M H (once; P = T + V after
+               layer 1)
+    last       wv U: 2 H M M C (once); R (wv U): 2 P M H C (twice); the
+               logits 2 B T H P C (twice)."""
+  b, t, m, h = batch_size, num_tokens, spec.model_width, spec.num_heads
+  k, c, v = spec.head_width, spec.num_classes, spec.vocab_size
+  once = twice = 0.0
+  p = t + v  # Rows of the tables (what lhs mixes).
+  for layer in range(spec.num_layers):
+    if layer == 0:
+      once += 2 * h * (2 * (v + t) * m * k + 2 * b * t * v * k)
+      once += h * 2 * b * t * t * v
+    else:
+      once += 2 * 2 * p * m * k * h
+      twice += 2 * 2 * b * t * p * k * h + h * 2 * b * t * t * p
+    twice += h * 2 * b * t * t * k
+    if layer < spec.num_layers - 1:
+      once += 2 * p * m * m * h
+      p *= h
+    else:
+      once += 2 * h * m * m * c
+      twice += 2 * p * m * h * c + 2 * b * t * h * p * c
+  return once, twice
+
+
 def analytic_flops(spec, batch_size, num_tokens):
   """(forward, step) matmul FLOPs of `train_step`: the module docstring's
   formula, for the full forward (every position's logits; a spec with
-  last_only, Dyck's, computes less in its last layer)."""
+  last_only, Dyck's, computes less in its last layer); for an attention-only
+  random UT that `ut.cpu.forward.coefficient_form` admits (on CPU),
+  `coefficient_flops`."""
+  if models.resolve_impl(spec.impl) == "xla_cpu" and (
+      cpu_forward.coefficient_form(spec, num_tokens)
+  ):
+    once, twice = coefficient_flops(spec, batch_size, num_tokens)
+    forward = once + twice
+    return forward, forward + once + 2 * twice
   b, t, m, h = batch_size, num_tokens, spec.model_width, spec.num_heads
   k, c, num_layers = spec.head_width, spec.num_classes, spec.num_layers
   once = 2 * b * t * spec.vocab_size * m  # Backward 1x forward (embedding).

@@ -50,26 +50,32 @@ def run_bench(out, *flags):
 def fixed_step_flops():
   """Matmul FLOPs of one fixed-size step, counted here from the model: random
   UT, attention only, B=256 strings of T=64 tokens, m=256, H=2 heads of width
-  32, L=2, vocabulary 4, 2 classes. Forward: one-hot embedding, per layer and
-  head Z R_Q, Z R_K, Z R_V (frozen: backward 1x), Q K^T and A (Z R_V)
-  (activations: backward 2x), and the unembedding (trains: backward 2x). The
-  first layer has no Z R_V: per head the tables E_tok R_V and E_pos R_V
-  (backward 1x), A times the one-hot (backward 1x), and that product times
-  E_tok R_V (backward 2x); A times E_pos R_V is counted as A (Z R_V)."""
-  b, t, m, h, k, vocab, classes, layers = 256, 64, 256, 2, 32, 4, 2, 2
-  first_values = h * (2 * (vocab + t) * m * m + 2 * b * t * t * vocab)
-  frozen = (
-      2 * b * t * vocab * m
-      + layers * h * 2 * b * t * m * k * 2
-      + first_values
-      + (layers - 1) * h * 2 * b * t * m * m
+  32, L=2, vocabulary V=4, 2 classes, computed (on CPU) in its coefficient
+  form (ut.cpu.forward._random_attn_coefficients; every position's logits).
+  A matmul with a frozen or constant operand costs 1x more in the backward
+  pass, one whose operands both move 2x. Layer 1: per head, the query and key
+  tables E_tok R, E_pos R and the one-hot's rows of them, the scores, A
+  times the one-hot, and the value tables [E_pos; E_tok] R_V for layer 2.
+  Layer 2 mixes P = H (T + V) table rows: the tables times R_Q and R_K, the
+  coefficients times those, the scores, A times the coefficients; then
+  R_V U, the tables times it, and the logits."""
+  b, t, m, h, k, v, c = 256, 64, 256, 2, 32, 4, 2
+  p = h * (t + v)
+  once = (
+      2 * h * (2 * (v + t) * m * k + 2 * b * t * v * k)  # Layer 1 Q, K.
+      + h * 2 * b * t * t * v  # A one-hot.
+      + 2 * (t + v) * m * m * h  # Value tables.
+      + 2 * 2 * p * m * k * h  # Layer 2: tables R_Q, R_K.
+      + 2 * h * m * m * c  # R_V U.
   )
-  activations = (
-      layers * h * (2 * b * t * t * k + 2 * b * t * t * m)
-      + h * 2 * b * t * vocab * m
+  twice = (
+      2 * h * 2 * b * t * t * k  # Scores, both layers.
+      + 2 * 2 * b * t * p * k * h  # Layer 2 queries and keys.
+      + h * 2 * b * t * t * p  # A times the coefficients.
+      + 2 * p * m * h * c  # Tables times R_V U.
+      + 2 * b * t * h * p * c  # Logits.
   )
-  unembed = 2 * b * t * m * classes
-  return 2 * frozen + 3 * (activations + unembed)
+  return 2 * once + 3 * twice
 
 
 class TrainBenchTest(absltest.TestCase):
@@ -157,6 +163,53 @@ class TrainBenchTest(absltest.TestCase):
         check=True,
     )
     self.assertEqual(float(proc.stdout), dot_flops(jaxpr.jaxpr))
+
+  @pytest.mark.slow
+  def test_random_attn_coefficient_flops_match_its_matmuls(self):
+    # The coefficient form's count (`train_bench.coefficient_flops`) against
+    # the jaxpr's dot_generals, at two and three layers.
+    cases = (
+        ("dyck", "model=random,variant=attn"),
+        ("khop", "model=random,variant=attn,k=2"),
+    )
+    code = (
+        "import dataclasses, math, jax, jax.extend.core; from absl import "
+        "flags; flags.FLAGS(['x']); from benchmarks import train_bench; "
+        "from configs import dyck, khop; from ut.training import data, "
+        "models, train\n"
+        "def dots(j):\n"
+        "  n = 0\n"
+        "  for e in j.eqns:\n"
+        "    if e.primitive.name == 'dot_general':\n"
+        "      (c, _), _ = e.params['dimension_numbers']\n"
+        "      n += 2 * math.prod(e.outvars[0].aval.shape) * math.prod("
+        "e.invars[0].aval.shape[i] for i in c)\n"
+        "    n += sum(dots(s) for s in jax.extend.core.jaxprs_in_params("
+        "e.params))\n"
+        "  return n\n"
+        "for mod, arg in {cases!r}:\n"
+        "  c = {{'dyck': dyck, 'khop': khop}}[mod].get_config(arg)\n"
+        "  task = data.make_task(c)\n"
+        "  s = dataclasses.replace(train.model_spec(c, task.info), "
+        "last_only=False)\n"
+        "  p = models.init(jax.random.PRNGKey(0), s)\n"
+        "  x = train.train_batch(c, task, 0)['tokens']\n"
+        "  j = jax.make_jaxpr(lambda p: models.apply(p, s, x))(p).jaxpr\n"
+        "  print(dots(j), train_bench.analytic_flops(s, *x.shape)[0])\n"
+    ).format(cases=cases)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    lines = proc.stdout.split("\n")[: len(cases)]
+    for line in lines:
+      counted, formula = map(float, line.split())
+      self.assertGreater(counted, 0)
+      self.assertEqual(formula, counted)
 
   @pytest.mark.slow
   def test_bad_flags_are_errors_before_any_timing(self):
@@ -383,6 +436,7 @@ print(abs(last_loss - full_loss), err)
 
 
 class MicrobatchBenchTest(absltest.TestCase):
+
   @pytest.mark.slow
   def test_old_rule_and_candidates(self):
     # In a child: the benchmarks' flags clash with peer_bench's here.
@@ -423,7 +477,8 @@ class MicrobatchBenchTest(absltest.TestCase):
     spec = models.ModelSpec("trained", "res_ln", 6, 32, 4, width=64)
     self.assertEqual(row["rule"], train.default_microbatches(32, 32, spec))
     times = {
-        int(n): float(v) for n, v in (p.split(":") for p in row["all_ms"].split())
+        int(n): float(v)
+        for n, v in (p.split(":") for p in row["all_ms"].split())
     }
     # Every candidate was timed, the rule's and the old rule's among them.
     self.assertContainsSubset({1, 2, 4, 8, 16, 32, row["old"]}, set(times))
@@ -437,6 +492,7 @@ class MicrobatchBenchTest(absltest.TestCase):
 
 
 class RecordTest(absltest.TestCase):
+
   @pytest.mark.slow
   def test_saves_output_keeps_it_and_writes_nothing_on_failure(self):
     out = os.path.join(self.create_tempdir().full_path, "r.md")
@@ -460,12 +516,17 @@ class RecordTest(absltest.TestCase):
 
 
 class SuiteBenchTest(absltest.TestCase):
+
   @pytest.mark.slow
   def test_times_the_suite_off_cold_and_warm(self):
-    node = "tests/readme_test.py::ReadmeTest::test_render_includes_file_verbatim"
+    node = (
+        "tests/readme_test.py::ReadmeTest::test_render_includes_file_verbatim"
+    )
     proc = _python("-m", "benchmarks.suite_bench", f"--tests={node}")
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    rows = re.findall(r"^\| (\w+) \| ([\d.]+) \| ([\d.]+) \|$", proc.stdout, re.M)
+    rows = re.findall(
+        r"^\| (\w+) \| ([\d.]+) \| ([\d.]+) \|$", proc.stdout, re.M
+    )
     self.assertEqual([r[0] for r in rows], ["off", "cold", "warm"], proc.stdout)
     seconds = {name: float(s) for name, s, _ in rows}
     for name, s, ratio in rows:
