@@ -9,7 +9,8 @@ the last row of the last layer. For each model, one jitted step, the value
 and gradient of the last position's mean cross-entropy w.r.t. the trainable
 parameters (frozen leaves under stop_gradient, as `train.train_step` has
 them), computed two ways in the same process:
-  full       `models.apply(params, spec, tokens)[:, -1]`: every row's logits;
+  full       `models.apply(params, spec, tokens)[:, -1]`: every row's logits
+             (for the attention-only random UT in its coefficient form too);
   last_only  `models.apply(..., last_only=True)`: the last layer's queries,
              attention output, residual, MLP and unembedding for the last row;
   m_wide     with impl xla_cpu, the random UT's last_only computed layer by
@@ -36,7 +37,6 @@ count a CPU training run uses (the same for full and last_only; m_wide
 gets the count the rule gives the M-wide order).
 """
 
-import dataclasses
 import math
 import os
 import statistics
@@ -159,8 +159,9 @@ def bench(name, roofline, repeats, min_block_s):
   n_wide = None
   if spec.kind == "random" and models.resolve_impl(spec.impl) == "xla_cpu":
     # With --microbatches=0, the count the rule gives the M-wide order.
-    wide = dataclasses.replace(spec, last_only=False)
-    n_wide = _MICROBATCHES.value or train.default_microbatches(b, t, wide)
+    n_wide = _MICROBATCHES.value or train.default_microbatches(
+        b, t, spec, m_wide=True
+    )
     contenders.append(("m_wide", True, cpu_forward.apply_m_wide, n_wide))
   compiled = {
       label: grad_step(spec, params, parts, last_only, apply)

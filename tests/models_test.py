@@ -293,8 +293,9 @@ class ModelsTest(chex.TestCase):
   def test_random_every_impl_and_gradient_matches_reference(
       self, variant, layers
   ):
-    """Both random-UT forwards (xla_cpu: the first layer from its tables) and
-    their gradients against the reference."""
+    """Both random-UT forwards and their gradients against the reference
+    (xla_cpu: the first layer from its tables; attention-only, every case
+    here has the coefficient form, `test_random_attn_coefficient_form`)."""
     assert_impls_match_reference(make_spec("random", variant, **layers), seed=4)
 
   @parameterized.parameters(*models.VARIANTS)
@@ -570,12 +571,22 @@ class LastOnlyTest(parameterized.TestCase):
     takes here), and the m-wide order it replaces (`apply_m_wide`), against
     the reference, float64: every row's logits and the last row's alone,
     and the gradients of a cross-entropy on them w.r.t. E and U."""
-    spec = make_spec(
-        "random", "attn", num_layers=num_layers, causal=causal, impl="xla_cpu"
-    )
-    self.assertTrue(cpu_forward.coefficient_form(spec, T))
+    self.check_coefficient_form(num_layers=num_layers, causal=causal)
+
+  @parameterized.named_parameters(
+      # 2^3 (T + V) = 88 <= m: four layers of one shared (looped) stack.
+      ("four_looped_layers", dict(num_layers=4, shared=True, m=96)),
+      ("three_heads", dict(num_heads=3, num_layers=2)),
+      ("one_token", dict(num_layers=3, t=1)),
+  )
+  def test_random_attn_coefficient_form_other_shapes(self, overrides):
+    self.check_coefficient_form(**overrides)
+
+  def check_coefficient_form(self, t=T, **spec_overrides):
+    spec = make_spec("random", "attn", impl="xla_cpu", **spec_overrides)
+    self.assertTrue(cpu_forward.coefficient_form(spec, t))
     ref = dataclasses.replace(spec, impl="reference")
-    params, tokens = make_inputs(ref, seed=5 + num_layers)
+    params, tokens = make_inputs(ref, seed=5 + spec.num_layers, t=t)
     labels = tokens % CLASSES
 
     @functools.partial(jax.jit, static_argnums=(1, 2))

@@ -15,8 +15,9 @@ but:
 
 `spec` is duck-typed (this package never imports the training code): it needs
 kind ("sparse" | "random" | "trained"), variant ("attn" | "res_ln" |
-"res_ln_mlp"), residual, num_layers, causal, vocab_size, and for the sparse
-kind sparse_ut (a `ut.core.constructions.sparse.SparseUT`).
+"res_ln_mlp"), residual, num_layers, num_heads, model_width, causal,
+vocab_size, and for the sparse kind sparse_ut (a
+`ut.core.constructions.sparse.SparseUT`).
 """
 
 import jax
@@ -54,9 +55,13 @@ def coefficient_width(spec, num_tokens):
 def coefficient_form(spec, num_tokens):
   """Whether `apply` computes an attention-only random UT without an M-wide
   state (`_random_attn_coefficients`): no residual or LayerNorm, and its
-  widest coefficient state no wider than M (`coefficient_width`), so that
-  it is never more work. Dyck's random UT (L = 2, T = 61, V = 4: P = 130)
-  at m >= 130; the learnability's (L = 3, T = 32) at m = 2880."""
+  widest coefficient state no wider than M (`coefficient_width`), so that a
+  string never costs more than in the M-wide order. The tables it builds
+  from E (about P M^2 H for each layer but the last) are paid once a call,
+  so it is less work in all when a call's B T rows outnumber its widest P
+  (every training batch of our protocols; not a single short string at
+  L >= 3). Dyck's random UT (L = 2, T = 61, V = 4: P = 130) at m >= 130;
+  the learnability's (L = 3, T = 32) at m = 2880."""
   return (
       spec.kind == "random"
       and spec.variant == "attn"

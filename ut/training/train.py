@@ -176,7 +176,7 @@ def _stop_frozen_gradients(params, spec):
   )
 
 
-def default_microbatches(batch_size, num_tokens, spec):
+def default_microbatches(batch_size, num_tokens, spec, m_wide=False):
   """How many microbatches `train_step` splits a (batch_size, num_tokens) batch
   into by default: `ut.cpu.host.microbatches`, cache-sized parts on CPU and
   the whole batch elsewhere. A token's activations are the model width wide,
@@ -185,9 +185,11 @@ def default_microbatches(batch_size, num_tokens, spec):
   The random UT's coefficient form (`ut.cpu.forward.coefficient_form`, whose
   per-string cost does not grow with m) takes the batch whole: 1 part was
   its fastest of 1, 4 and 16 on Dyck at m = 256 and 512
-  (benchmarks/last_only_bench.py)."""
+  (benchmarks/last_only_bench.py). m_wide=True: the count for the M-wide
+  order even there (`ut.cpu.forward.apply_m_wide`, a benchmark's baseline)."""
   if (
-      host.on_cpu()
+      not m_wide
+      and host.on_cpu()
       and models.resolve_impl(spec.impl) == "xla_cpu"
       and cpu_forward.coefficient_form(spec, num_tokens)
   ):
