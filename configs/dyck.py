@@ -12,16 +12,23 @@ MLP's; default: the seed), embed_scale=FLOAT (the std of E's initial
 entries; default 1.0), smoke. Single fields: --config.train.steps=...
 
 Paper (attention-only, `za`-style mix): sparse UT 100%, random UT 94.4%, trained
-about the same. Expected result and run time under this protocol (the table,
-configs/dyck_table.py, results/dyck_v2, is not finished; mix za, test set):
-sparse UT 93.31 +- 0.91% (5 seeds), random UT 92.36 +- 0.83% (3 seeds),
-trained attention-only 92.07 +- 6.16% (5 seeds), trained res_ln_mlp
-99.36 +- 1.07% (3 seeds); the attention-only rows score 29-44% on the short
-balanced strings, never trained on, and 94.8-99.9% in every bucket of 11-60
-brackets (results/dyck_v2/breakdown.md). Runs stop on the plateau rule after
-9000-23000 steps (2 res_ln_mlp seeds: at 99.9% twice), 2-15 minutes
-each on one core, the random UT at m = 512 about 40 (run_seconds in each
-metrics.json; a resumed run's counts its last part only).
+about the same. Expected result under this protocol (the table,
+configs/dyck_table.py, results/dyck_v2/paper.md; test set):
+  mix za:   sparse UT 93.31 +- 0.91% (5 seeds), random UT 92.36 +- 0.83%
+            (m = 256) and 91.52 +- 0.70% (m = 512), trained attention-only
+            92.07 +- 6.16% (5 seeds), trained res_ln_mlp 99.36 +- 1.07%;
+  mix hard: sparse UT 95.93 +- 2.30% (5 seeds), random UT 93.83 +- 0.85%
+            (m = 256) and 93.54 +- 1.76% (m = 512, 5 seeds), trained
+            attention-only 97.48 +- 0.87%, trained res_ln_mlp 99.37 +- 0.97%;
+the attention-only rows score 29-73% on the short balanced strings, never
+trained on, and 94.8-100% in every bucket of 11-60 brackets
+(results/dyck_v2/breakdown.md). Runs stop on the plateau rule after
+6000-23000 steps (3 res_ln_mlp seeds: at 99.9% twice). Run time, one core
+each (two runs at once on this 2-core CPU, the machine otherwise busy;
+`sweep.train_minutes` of each run's log): 2-27 minutes, most 5-15; the
+random UT at m = 512 took 39-51 minutes a run on mix za in the m-wide
+order and 4-16 on mix hard in the coefficient form (docs/performance.md).
+The whole table: 8.3 core-hours over 38 trained runs.
 The selection (results/dyck_select, validation seed 100, 3000 steps): 97%
 validation accuracy for the trained res_ln_mlp at its chosen lr; Zhong & Andreas's
 own trained model ends near 96.5% under this protocol.

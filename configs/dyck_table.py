@@ -13,8 +13,7 @@ where the paper is silent. Every run of a mix is scored on the
 same fixed validation set (eval_accuracy) and test set, neither ever trained
 on (Zhong & Andreas's protocol; ut/training/data.py). Paper (attention-only,
 za-style mix): sparse UT 100%, random UT 94.4%, trained about the same.
-Expected result and run time so far: configs/dyck.py's docstring (the table
-is not finished). The extra seeds are planned from recorded results, in a
+Expected result and run time: configs/dyck.py's docstring. The extra seeds are planned from recorded results, in a
 single JAX process only (with several, every process must plan the same runs:
 rerun the same command in one process to add them).
 """
