@@ -191,7 +191,7 @@ def _random_attn_coefficients(
   needs no matmul); the last layer's logits are sum_h (A_h lhs) (R wv_h U),
   so its tables are never M wide. Per string that is about T P (K H + T H)
   multiply-adds where the M-wide order spends about T M (M H + K H); what
-  grows with M, the tables (about P M^2 H), is paid once a step.
+  grows with M, the tables (about P M^2 H), is paid once a call.
   `coefficient_form` says when it is used.
   """
   b, s = tokens_BxT.shape
