@@ -5,7 +5,9 @@ import csv
 import glob
 import json
 import os
+import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import jax
@@ -99,6 +101,42 @@ class LearnabilityRunTest(absltest.TestCase):
     again = learnability.run(config, self.workdir)
     self.assertEqual(again["per_run"], self.result["per_run"])
     self.assertEqual(before, {p: os.path.getmtime(p) for p in metrics})
+
+  def test_an_interrupted_run_leaves_a_partial_report_and_continues(self):
+    workdir = tempfile.mkdtemp(prefix="learnability_partial_")
+    shutil.copytree(self.workdir, workdir, dirs_exist_ok=True)
+    for ext in ("json", "md", "png"):
+      os.remove(os.path.join(workdir, f"learnability.{ext}"))
+    # The random starts run last: drop them, and stop at their first step.
+    scratch = sorted(glob.glob(os.path.join(workdir, "runs", "*_scratch_*")))
+    self.assertLen(scratch, 2 * len(self.config.seeds))
+    for d in scratch:
+      shutil.rmtree(d)
+
+    def killed(*args, **kwargs):
+      del args, kwargs
+      raise KeyboardInterrupt
+
+    with mock.patch.object(train, "train_and_evaluate", killed):
+      with self.assertRaises(KeyboardInterrupt):
+        learnability.run(self.config, workdir)
+    with open(os.path.join(workdir, "learnability.json")) as f:
+      partial = json.load(f)
+    self.assertEqual(
+        partial["pending"], [f"{c} scratch" for c in self.config.constructions]
+    )
+    self.assertNotIn("scratch", {r["start"] for r in partial["rows"]})
+    with open(os.path.join(workdir, "learnability.md")) as f:
+      self.assertIn("Pending (not run yet): sparse scratch", f.read())
+    # The same command continues it (no overwrite needed) and retrains only
+    # the missing runs, to the same accuracies as the uninterrupted run.
+    done = learnability.run(self.config, workdir)
+    self.assertIsNone(done["pending"])
+    self.assertEqual(done["per_run"], self.result["per_run"])
+    timeless = lambda rows: [
+        {k: v for k, v in r.items() if k != "train_minutes"} for r in rows
+    ]
+    self.assertEqual(timeless(done["rows"]), timeless(self.result["rows"]))
 
 
 class NoisyProgramTest(absltest.TestCase):

@@ -133,14 +133,22 @@ def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
 
 
 def run(config, workdir):
-  """The whole experiment, resumable: every finished run is kept."""
+  """The whole experiment, resumable: every finished run is kept.
+
+  Every UT is compiled and scored first; the runs then go cheapest first
+  (noise sizes ascending, the random start last), and the report is written
+  after each row of runs, with the rows still to run listed as pending. A
+  report with pending rows is continued by running the same command again;
+  a finished one is replaced only with config.overwrite.
+  """
   check_config(config)
   paths = [os.path.join(workdir, f"learnability.{e}") for e in ("json", "md")]
-  reports.refuse_existing(paths, config.overwrite)
+  if _read_if_exists(paths[0]).get("pending") is None:
+    reports.refuse_existing(paths, config.overwrite)
   params, spec, tconfig, task, step = _ensure_target(config, workdir)
   tbatches = train.eval_batches(tconfig, task, "test")
   target_preds = compiled.predictions(params, spec, tbatches)
-  programs, rows, per_run = {}, [], {}
+  programs, compiled_uts = {}, {}
   for construction in config.constructions:
     ut_params, ut_spec, creport = compiled.compile_model(
         params,
@@ -149,6 +157,7 @@ def run(config, workdir):
         m_factor=config.m_factor,
         seed=config.ut_seed,
     )
+    compiled_uts[construction] = (ut_params, ut_spec)
     _save_program(
         os.path.join(workdir, "programs", f"{construction}.npz"), ut_params
     )
@@ -171,30 +180,58 @@ def run(config, workdir):
         ),
     )
     logging.info("%s program: %s", construction, programs[construction])
-    for noise in [None] + list(config.noises):
-      results = [
-          _run(config, workdir, construction, ut_params, ut_spec, noise, s)
-          for s in config.seeds
-      ]
-      per_run.update({r["name"]: r["test_accuracy"] for r in results})
-      rows.append(_row(construction, ut_spec, noise, results))
-  result = dict(
-      target=dict(
-          step=step,
-          test_accuracy=_read(
-              os.path.join(workdir, "target", "metrics.json")
-          ).get("test_accuracy"),
-          width=spec.width,
-          heads=spec.num_heads,
-          layers=spec.num_layers,
-          head_width=spec.head_width,
+  # The table's order: per UT, the random start, then the noise sizes.
+  order = [
+      (c, noise)
+      for c in config.constructions
+      for noise in [None] + sorted(config.noises)
+  ]
+  rows, per_run = {}, {}
+  target = dict(
+      step=step,
+      test_accuracy=_read(os.path.join(workdir, "target", "metrics.json")).get(
+          "test_accuracy"
       ),
-      programs=programs,
-      rows=rows,
-      per_run=per_run,
-      # The machine's speed when this report was written (the runs' own
-      # times are in each row's train_minutes).
-      dot_gflops=roofline_lib.rate(roofline_lib.make())[0] / 1e9,
+      width=spec.width,
+      heads=spec.num_heads,
+      layers=spec.num_layers,
+      head_width=spec.head_width,
+  )
+  # The machine's speed when this command ran (the runs' own times are in
+  # each row's train_minutes).
+  gflops = roofline_lib.rate(roofline_lib.make())[0] / 1e9
+  cheapest_first = sorted(order, key=lambda o: (o[1] is None, o[1] or 0))
+  for construction, noise in cheapest_first:
+    ut_params, ut_spec = compiled_uts[construction]
+    results = [
+        _run(config, workdir, construction, ut_params, ut_spec, noise, s)
+        for s in config.seeds
+    ]
+    per_run.update({r["name"]: r["test_accuracy"] for r in results})
+    rows[construction, noise] = _row(construction, ut_spec, noise, results)
+    result = _write_report(
+        config,
+        workdir,
+        paths,
+        dict(target=target, programs=programs),
+        order,
+        rows,
+        per_run,
+        gflops,
+    )
+  return result
+
+
+def _write_report(config, workdir, paths, head, order, rows, runs, gflops):
+  """learnability.{json,md,png} from the rows finished so far (in the
+  table's order); the others are listed as pending."""
+  pending = [f"{c} {start_name(n)}" for c, n in order if (c, n) not in rows]
+  result = dict(
+      **head,
+      rows=[rows[o] for o in order if o in rows],
+      pending=pending or None,
+      per_run=runs,
+      dot_gflops=gflops,
       provenance=reports.provenance(config),
   )
   reports.write_json(paths[0], result)
@@ -203,6 +240,11 @@ def run(config, workdir):
       os.path.join(workdir, "learnability.png"), dpi=120
   )
   return result
+
+
+def _read_if_exists(path):
+  """A report's JSON, or {} where there is none yet."""
+  return _read(path) if os.path.exists(path) else {}
 
 
 def _row(construction, ut_spec, noise, results):
@@ -262,12 +304,14 @@ def markdown(result):
         )
     )
   lines.append(reports.format_table(table, floatfmt="{:.3g}"))
+  if result.get("pending"):
+    lines += ["", f"Pending (not run yet): {', '.join(result['pending'])}."]
   total = sum(r["train_minutes"] for r in result["rows"])
   lines += [
       "",
       f"Training: {total:.0f} core-minutes in all (each run on one core; "
       f"its training steps, from its log). 2048^2 float32 matmul when this "
-      f"report was written: {result['dot_gflops']:.0f} GFLOP/s.",
+      f"command ran: {result['dot_gflops']:.0f} GFLOP/s.",
   ]
   return "\n".join(lines) + "\n"
 
