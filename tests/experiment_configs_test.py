@@ -50,16 +50,27 @@ class WidthTest(absltest.TestCase):
             width=w,
             accuracy_mean=a,
             accuracy_std=0.01,
+            test_mean=t,
+            test_std=None if t is None else 0.02,
             successes=s,
             seeds=3,
         )
-        for w, a, s in ((100, 0.5, 0), (800, 0.995, 3))
+        for w, a, t, s in ((100, 0.5, None, 0), (800, 0.995, 0.991, 3))
     ]
     width.report(workdir, rows)
     with open(os.path.join(workdir, "width.json")) as f:
       points = json.load(f)["points"]
     self.assertEqual([p["ratio"] for p in points], [100 / 800, 1.0])
     self.assertEqual([p["cell"] for p in points], ["khop1", "khop1"])
+    # The test accuracy where the runs have one.
+    self.assertEqual([p["accuracy_mean"] for p in points], [0.5, 0.991])
+    self.assertEqual([p["held_out"] for p in points], ["validation", "test"])
+    with open(os.path.join(workdir, "width.md")) as f:
+      lines = f.read().splitlines()
+    cells = [c.strip() for c in lines[3].strip("|").split("|")]
+    self.assertEqual(
+        cells, ["khop1", "800", "800", "1", "test", "99.10 ± 2.00", "3/3"]
+    )
     self.assertGreater(os.path.getsize(os.path.join(workdir, "width.png")), 0)
 
 
