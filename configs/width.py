@@ -94,16 +94,16 @@ def report(workdir, rows):
     data = json.loads(r["data"])
     cell = "dyck" if "mix" in data else f"khop{data['k']}"
     n = threshold(cell)
-    test = r.get("test_mean") is not None
+    mean, std, held_out = plots.held_out_accuracy(r)
     points.append(
         dict(
             cell=cell,
             m=r["width"],
             N=n,
             ratio=r["width"] / n,
-            held_out="test" if test else "validation",
-            accuracy_mean=r["test_mean" if test else "accuracy_mean"],
-            accuracy_std=r["test_std" if test else "accuracy_std"],
+            held_out=held_out,
+            accuracy_mean=mean,
+            accuracy_std=std,
             successes=r["successes"],
             seeds=r["seeds"],
         )

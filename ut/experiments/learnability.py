@@ -298,7 +298,7 @@ def markdown(result):
             start_acc=f"{100 * r['start_mean']:.1f}",
             test=f"{100 * r['test_mean']:.2f} ± {100 * r['test_std']:.2f}",
             **{"≥99%": f"{r['successes']}/{r['seeds']}"},
-            median_step_to_99=r["median_steps_to_99"],
+            median_step_to_99=reports.step(r["median_steps_to_99"]),
             max_steps=r["max_steps"],
             core_minutes=r["train_minutes"],
         )

@@ -819,8 +819,7 @@ def markdown_table(rows):
     r["accuracy"] = pct(r.pop("accuracy_mean"), r.pop("accuracy_std"))
     r["test"] = pct(r.pop("test_mean"), r.pop("test_std"))
     r[f"≥{100 * SUCCESS:.0f}%"] = f"{r.pop('successes')}/{r['seeds']}"
-    median = r.pop("median_steps_to_99")
-    r["median step to 99%"] = "" if median is None else f"{median:.0f}"
+    r["median step to 99%"] = reports.step(r.pop("median_steps_to_99"))
     agreement = r.pop("agreement_min")
     r["agreement (min)"] = "" if agreement is None else f"{100 * agreement:.2f}"
   return reports.format_table(shown)

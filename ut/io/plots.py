@@ -74,9 +74,7 @@ def beside_paper(rows, paper, panel):
   with the target (%)."""
   out = []
   for r in rows:
-    test = r.get("test_mean")
-    on_test = test is not None and not math.isnan(test)
-    mean, std = _held_out(r)
+    mean, std, held_out = held_out_accuracy(r)
     ours = f"{100 * mean:.2f}" + (
         "" if std is None or math.isnan(std) else f" ± {100 * std:.2f}"
     )
@@ -87,7 +85,7 @@ def beside_paper(rows, paper, panel):
             "variant": r["variant"],
             "m": r.get("width") or "",
             "seeds": r["seeds"],
-            "held out": "test" if on_test else "validation",
+            "held out": held_out,
             "ours": ours,
             "paper": _paper(
                 paper, panel_value(r, panel), r["kind"], r["variant"]
@@ -99,8 +97,7 @@ def beside_paper(rows, paper, panel):
           f"{r['successes']}/{r['seeds']}" if "successes" in r else ""
       )
     if any(x.get("median_steps_to_99") is not None for x in rows):
-      s = r.get("median_steps_to_99")
-      out[-1]["median step to 99%"] = "" if s is None else f"{s:.0f}"
+      out[-1]["median step to 99%"] = reports.step(r.get("median_steps_to_99"))
     if any("cap" in x for x in rows):  # Training runs: where they stopped.
       out[-1]["last step / cap"] = (
           f"{r['max_steps']} / {r['cap']}" if "cap" in r else ""
@@ -124,13 +121,13 @@ def bar_label(row, panel_rows):
   return label
 
 
-def _held_out(row):
-  """(mean, std) on the test set where the row's runs have one, else on
-  validation (accuracy_mean, accuracy_std)."""
+def held_out_accuracy(row):
+  """(mean, std, "test") on the test set where a table row's runs have one,
+  else (accuracy_mean, accuracy_std, "validation")."""
   test = row.get("test_mean")
   if test is not None and not math.isnan(test):
-    return test, row.get("test_std")
-  return row["accuracy_mean"], row["accuracy_std"]
+    return test, row.get("test_std"), "test"
+  return row["accuracy_mean"], row["accuracy_std"], "validation"
 
 
 def _paper(paper, value, kind, variant):
@@ -168,7 +165,7 @@ def accuracy_bars(rows, panel, paper=None, title=""):
       i = labels[value].index(bar_label(r, by_panel[value]))
       j = variants.index(r["variant"])
       x = i - 0.4 + width * (j + 0.5)
-      mean, std = _held_out(r)
+      mean, std, _ = held_out_accuracy(r)
       err = None if std is None or math.isnan(std) else 100 * std
       ax.bar(
           x,

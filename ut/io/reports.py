@@ -161,6 +161,11 @@ def format_table(rows, floatfmt="{:.3g}"):
   return "\n".join([line(cols), sep] + [line(r) for r in cells])
 
 
+def step(value):
+  """A step count for a table cell: "" for None (never reached)."""
+  return "" if value is None else f"{value:.0f}"
+
+
 def _jsonable(o):
   if hasattr(o, "tolist"):
     return o.tolist()
