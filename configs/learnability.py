@@ -3,7 +3,7 @@ sparse and a random UT, then E and U trained from a random start or from the
 compiled program plus noise (ut/experiments/learnability.py).
 
   python -m launch.learnability --config=configs/learnability.py --workdir=results/learnability
-  python -m launch.learnability --config=configs/learnability.py:uts=sparse --workdir=results/learnability  # CPU
+  python -m launch.learnability --config=configs/learnability.py:uts=sparse --workdir=results/learnability  # 30 core-minutes
   python -m launch.learnability --config=configs/learnability.py:smoke --workdir=/tmp/l  # CI size
 
 Expected (uts=sparse; results/learnability/learnability.md): the compiled
@@ -25,9 +25,12 @@ Our choices (the issue leaves them open):
     d = 16 and d = 32 (head width d) stalled at 52% and 61%. Seed 101 is a
     validation seed of results/khop_select; no table run uses it.
   * uts=sparse+random (default) or one of them. The random UT's width is
-    1.25 N = 2880 at d = 64, L = 3: its value maps are m x m, about 160
-    GFLOP a training step, out of reach of a CPU; the sparse UT (m = 1856)
-    takes about 22 ms a step on one core.
+    1.25 N = 2880 at d = 64, L = 3: its value maps are m x m, but without an
+    m-wide state (ut.cpu.forward's coefficient form) a training step is
+    about 9 GFLOP, 0.2-0.5 s on one core of this CPU (a few core-hours per
+    row of runs that reach the cap); the sparse UT (m = 1856) takes about
+    22 ms a step. Rows run cheapest first and the report lists the rest as
+    pending; run the same command again to continue.
   * The random UT has m = 1.25 N (trained_to_ut.M_FACTOR), k_u = d, draw
     ut_seed 0; the sparse UT its own width. Both attention-only, as the target.
   * UT training: configs/khop.py's protocol (constant lr after 100 warmup
