@@ -8,7 +8,11 @@ r"""Benchmarks of the simulation core; prints medians and ratios, run side by si
 ratio:   forward + gradient w.r.t. E of the sparse UT at H=2, L=4, d=16 (m=976),
          n=32, batch 32: structured (block gathers) against dense (m x m R_V),
          timed one call a round (right after the other contender's call) and
-         five calls a round (steady state, as a loop calls it).
+         five calls a round (steady state, as a loop calls it). With more than
+         one CPU device (--cpu_devices, by default one per core this process
+         may use) also the structured one with its batch split over them:
+         its small ops leave a second core idle, while the dense one's large
+         matmuls use every core on one device.
 scale:   H=2, L=10, d=64 (m=261,952; a dense R_V would need ~275 GB): build,
          compile and simulate-check on a few inputs, with peak memory (run in a
          fresh subprocess so that its peak RSS is its own).
@@ -18,10 +22,13 @@ compile: random-UT compile time (building A, least squares, cond) for N of a
 
 import time
 
-_START = time.perf_counter()  # Before the imports: the scale run's process time.
+_START = (
+    time.perf_counter()
+)  # Before the imports: the scale run's process time.
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import functools
+import os
 import resource
 import statistics
 import subprocess
@@ -46,6 +53,13 @@ _PART = flags.DEFINE_enum(
     "all",
     ["all", "ratio", "scale", "compile"],
     "Which benchmark to run.",
+)
+_CPU_DEVICES = flags.DEFINE_integer(
+    "cpu_devices",
+    None,
+    "JAX CPU devices for the ratio part (jax_num_cpu_devices); default: one "
+    "per core this process may run on.",
+    lower_bound=1,
 )
 _REPEATS = flags.DEFINE_integer(
     "repeats", 7, "Timed repeats (median reported).", lower_bound=1
@@ -102,24 +116,58 @@ def bench_ratio(repeats):
       name: jax.jit(jax.value_and_grad(f))
       for name, f in (("structured", structured_loss), ("dense", dense_loss))
   }
-  outs = {name: fn(embed) for name, fn in fns.items()}
-  rel = float(
-      jnp.abs(outs["structured"][1] - outs["dense"][1]).max()
-      / jnp.abs(outs["dense"][1]).max()
-  )
   bound = {name: functools.partial(fn, embed) for name, fn in fns.items()}
+  devices = jax.local_devices()
+  if len(devices) > 1 and batch % len(devices) == 0:
+    # The same program with the batch split over the devices (E replicated;
+    # XLA adds the gradient's shares up across them).
+    mesh = jax.sharding.Mesh(np.array(devices), ("batch",))
+    split_x = jax.device_put(
+        x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+    )
+    copied_e = jax.device_put(
+        embed, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    )
+    split = jax.jit(
+        jax.value_and_grad(
+            lambda e, xs: jnp.sum(
+                sparse.sparse_apply(ut, e, xs, causal=True, residual=False) ** 2
+            )
+        )
+    )
+    bound["structured_split"] = functools.partial(split, copied_e, split_x)
+  outs = {name: fn() for name, fn in bound.items()}
+  rel = {
+      name: float(
+          jnp.abs(out[1] - outs["dense"][1]).max()
+          / jnp.abs(outs["dense"][1]).max()
+      )
+      for name, out in outs.items()
+      if name != "dense"
+  }
   print(
       f"[ratio] sparse UT H={h} L={num_layers} d={d} m={ut.m} n={n} batch={batch},"
       f" forward+grad wrt E, median of {repeats} interleaved rounds; max rel "
-      f"diff of grads {rel:.2e}:"
+      f"diff of grads {rel['structured']:.2e}:"
   )
+  if "structured_split" in bound:
+    print(
+        f"  structured_split: the batch split over {len(devices)} CPU "
+        f"devices (max rel diff of grads {rel['structured_split']:.2e})"
+    )
   for block in (1, 5):
     secs = median_seconds(bound, repeats, calls=block)
-    print(
+    line = (
         f"  {block} call(s) a round: dense {secs['dense'] * 1e3:.2f} ms, "
         f"structured {secs['structured'] * 1e3:.2f} ms, speed-up (dense / "
         f"structured) {secs['dense'] / secs['structured']:.1f}x"
     )
+    if "structured_split" in secs:
+      line += (
+          f"; structured_split {secs['structured_split'] * 1e3:.2f} ms, "
+          f"{secs['dense'] / secs['structured_split']:.1f}x"
+      )
+    print(line)
 
 
 def bench_scale():
@@ -183,6 +231,13 @@ def main(argv):
   del argv
   part = _PART.value
   if part in ("all", "ratio"):
+    cores = (
+        len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count() or 1
+    )
+    # Before JAX's backend starts (the first jax.devices() call).
+    jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value or cores)
     bench_ratio(_REPEATS.value)
   if (
       part == "all"

@@ -541,3 +541,31 @@ class SuiteBenchTest(absltest.TestCase):
     self.assertNotEqual(proc.returncode, 0)
     self.assertEqual(proc.stderr.strip().count("\n"), 0, proc.stderr)
     self.assertIn("nope_test.py", proc.stderr)
+
+
+class SparseBenchTest(absltest.TestCase):
+
+  @pytest.mark.slow
+  def test_split_batch_contender_matches_the_dense_gradient(self):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.sparse_bench",
+            "--part=ratio",
+            "--repeats=1",
+            "--cpu_devices=2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    diffs = re.findall(r"max rel diff of grads ([0-9.e+-]+)", proc.stdout)
+    self.assertLen(diffs, 2, proc.stdout)  # structured, structured_split.
+    for diff in diffs:
+      self.assertLess(float(diff), 1e-5)
+    self.assertIn("batch split over 2 CPU devices", proc.stdout)
+    self.assertLen(re.findall(r"structured_split [0-9.]+ ms", proc.stdout), 2)
