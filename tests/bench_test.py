@@ -547,20 +547,12 @@ class SparseBenchTest(absltest.TestCase):
 
   @pytest.mark.slow
   def test_split_batch_contender_matches_the_dense_gradient(self):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.sparse_bench",
-            "--part=ratio",
-            "--repeats=1",
-            "--cpu_devices=2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    proc = _python(
+        "-m",
+        "benchmarks.sparse_bench",
+        "--part=ratio",
+        "--repeats=1",
+        "--cpu_devices=2",
     )
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     diffs = re.findall(r"max rel diff of grads ([0-9.e+-]+)", proc.stdout)
