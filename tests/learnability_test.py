@@ -23,6 +23,11 @@ from ut.training import data as data_lib
 from ut.training import train
 
 
+def _read_json(workdir):
+  with open(os.path.join(workdir, "learnability.json")) as f:
+    return json.load(f)
+
+
 def _spec(config):
   return train.model_spec(config, data_lib.make_task(config).info)
 
@@ -35,6 +40,7 @@ class LearnabilityRunTest(absltest.TestCase):
     cls.workdir = tempfile.mkdtemp(prefix="learnability_test_")
     cls.config = learnability_config.get_config("smoke")
     cls.config.target.train.steps = 30
+    cls.config.noises = tuple(reversed(cls.config.noises))  # Run sorted.
     with xla_settings.fast_compile():
       cls.result = learnability.run(cls.config, cls.workdir)
 
@@ -46,6 +52,28 @@ class LearnabilityRunTest(absltest.TestCase):
       tables = [saved["embed/token"], saved["embed/position"]]
       want = np.sqrt(np.mean(np.concatenate([t.ravel() for t in tables]) ** 2))
       self.assertAlmostEqual(program["e_rms"], float(want), places=5)
+
+  def test_runs_go_cheapest_first_and_rows_in_table_order(self):
+    finished = sorted(
+        glob.glob(os.path.join(self.workdir, "runs", "*", "metrics.json")),
+        key=os.path.getmtime,
+    )
+    names = [os.path.basename(os.path.dirname(p)) for p in finished]
+    want = [
+        f"{ut}_{start}_seed={seed}"
+        for ut in ("sparse", "random")
+        for start in ("noise=0", "noise=1", "scratch")
+        for seed in self.config.seeds
+    ]
+    self.assertEqual(names, want)
+    self.assertEqual(
+        [(r["ut"], r["start"]) for r in self.result["rows"]],
+        [
+            (ut, start)
+            for ut in ("sparse", "random")
+            for start in ("scratch", "noise=0", "noise=1")
+        ],
+    )
 
   def test_noise_zero_starts_at_the_targets_accuracy(self):
     # Independent of the UT: the target itself scored on each run's test set.
@@ -107,7 +135,7 @@ class LearnabilityRunTest(absltest.TestCase):
     shutil.copytree(self.workdir, workdir, dirs_exist_ok=True)
     for ext in ("json", "md", "png"):
       os.remove(os.path.join(workdir, f"learnability.{ext}"))
-    # The random starts run last: drop them, and stop at their first step.
+    # The random starts run last of each UT: drop them, and stop at the first.
     scratch = sorted(glob.glob(os.path.join(workdir, "runs", "*_scratch_*")))
     self.assertLen(scratch, 2 * len(self.config.seeds))
     for d in scratch:
@@ -122,16 +150,43 @@ class LearnabilityRunTest(absltest.TestCase):
         learnability.run(self.config, workdir)
     with open(os.path.join(workdir, "learnability.json")) as f:
       partial = json.load(f)
+    # Killed at the sparse UT's random start, the first of the runs dropped;
+    # the random UT's rows come after it (its finished runs not yet read).
     self.assertEqual(
-        partial["pending"], [f"{c} scratch" for c in self.config.constructions]
+        partial["pending"],
+        [
+            "sparse scratch",
+            "random scratch",
+            "random noise=0",
+            "random noise=1",
+        ],
     )
-    self.assertNotIn("scratch", {r["start"] for r in partial["rows"]})
+    self.assertEqual(
+        [(r["ut"], r["start"]) for r in partial["rows"]],
+        [("sparse", "noise=0"), ("sparse", "noise=1")],
+    )
     with open(os.path.join(workdir, "learnability.md")) as f:
       self.assertIn("Pending (not run yet): sparse scratch", f.read())
+    # Another configuration does not continue it, nor overwrite it.
+    other = self.config.copy_and_resolve_references()
+    other.noises = (0.0,)
+    cli_helpers.assert_user_error(
+        self,
+        r"unfinished run of another configuration",
+        learnability.run,
+        other,
+        workdir,
+    )
+    self.assertEqual(partial["pending"], _read_json(workdir)["pending"])
     # The same command continues it (no overwrite needed) and retrains only
     # the missing runs, to the same accuracies as the uninterrupted run.
+    kept = {
+        p: os.path.getmtime(p)
+        for p in glob.glob(os.path.join(workdir, "runs", "*", "metrics.json"))
+    }
     done = learnability.run(self.config, workdir)
     self.assertIsNone(done["pending"])
+    self.assertEqual(kept, {p: os.path.getmtime(p) for p in kept})
     self.assertEqual(done["per_run"], self.result["per_run"])
     timeless = lambda rows: [
         {k: v for k, v in r.items() if k != "train_minutes"} for r in rows
@@ -193,6 +248,16 @@ class NoisyProgramTest(absltest.TestCase):
         learnability.check_config,
         config,
     )
+    for field, value, message in (
+        ("noises", (0.0, 1.0, 1), r"config.noises=.*distinct noise sizes"),
+        ("constructions", (), r"config.constructions=\(\); use sparse"),
+        ("constructions", ("sparse", "sparse"), r"each once"),
+    ):
+      config = learnability_config.get_config("smoke")
+      config[field] = value
+      cli_helpers.assert_user_error(
+          self, message, learnability.check_config, config
+      )
 
 
 class InitParamsTest(absltest.TestCase):

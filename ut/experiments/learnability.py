@@ -136,15 +136,15 @@ def run(config, workdir):
   """The whole experiment, resumable: every finished run is kept.
 
   Every UT is compiled and scored first; the runs then go cheapest first
-  (noise sizes ascending, the random start last), and the report is written
+  (the sparse UT's before the random UT's; per UT, noise sizes ascending and
+  the random start last), and the report is written
   after each row of runs, with the rows still to run listed as pending. A
   report with pending rows is continued by running the same command again;
   a finished one is replaced only with config.overwrite.
   """
   check_config(config)
   paths = [os.path.join(workdir, f"learnability.{e}") for e in ("json", "md")]
-  if _read_if_exists(paths[0]).get("pending") is None:
-    reports.refuse_existing(paths, config.overwrite)
+  _check_continuation(_read_if_exists(paths[0]), config, paths)
   params, spec, tconfig, task, step = _ensure_target(config, workdir)
   tbatches = train.eval_batches(tconfig, task, "test")
   target_preds = compiled.predictions(params, spec, tbatches)
@@ -200,7 +200,10 @@ def run(config, workdir):
   # The machine's speed when this command ran (the runs' own times are in
   # each row's train_minutes).
   gflops = roofline_lib.rate(roofline_lib.make())[0] / 1e9
-  cheapest_first = sorted(order, key=lambda o: (o[1] is None, o[1] or 0))
+  # The sparse UT's runs cost minutes, the random UT's (m x m maps) hours.
+  cheapest_first = sorted(
+      order, key=lambda o: (o[0] == "random", o[1] is None, o[1] or 0)
+  )
   for construction, noise in cheapest_first:
     ut_params, ut_spec = compiled_uts[construction]
     results = [
@@ -240,6 +243,27 @@ def _write_report(config, workdir, paths, head, order, rows, runs, gflops):
       os.path.join(workdir, "learnability.png"), dpi=120
   )
   return result
+
+
+def _check_continuation(report, config, paths):
+  """A UserError unless the report may be written: there is none yet, or
+  config.overwrite, or it lists pending rows of this same configuration (a
+  continuation; `overwrite` aside)."""
+  if config.overwrite or not report:
+    return
+  saved = dict((report.get("provenance") or {}).get("config") or {})
+  now = json.loads(config.to_json_best_effort())
+  saved.pop("overwrite", None)
+  now.pop("overwrite", None)
+  if report.get("pending") is None:
+    reports.refuse_existing(paths, config.overwrite)
+  if saved != now:
+    raise UserError(
+        f"{paths[0]} holds an unfinished run of another configuration; run "
+        "that configuration again to continue it, or pass "
+        "--config.overwrite=True to replace the report (finished runs are "
+        "kept)"
+    )
 
 
 def _read_if_exists(path):
@@ -325,7 +349,13 @@ def check_config(config):
         f"config.target must train an attention-only model (model.kind="
         f"trained, model.variant=attn); got {t.model.kind}/{t.model.variant}"
     )
-  for c in config.constructions:
+  constructions = tuple(config.constructions)
+  if not constructions or len(set(constructions)) != len(constructions):
+    raise UserError(
+        f"config.constructions={constructions!r}; use sparse and/or random, "
+        "each once"
+    )
+  for c in constructions:
     if c not in ("sparse", "random"):
       raise UserError(
           f"config.constructions has {c!r}; use sparse and/or random"
@@ -339,6 +369,10 @@ def check_config(config):
       raise UserError(
           f"config.noises has {s!r}; use numbers >= 0 (relative noise sizes)"
       )
+  if len({start_name(s) for s in config.noises}) != len(config.noises):
+    raise UserError(
+        f"config.noises={tuple(config.noises)!r}; use distinct noise sizes"
+    )
   if not config.seeds or len(set(config.seeds)) != len(config.seeds):
     raise UserError(
         f"config.seeds={tuple(config.seeds)!r}; use distinct seeds, e.g. 0,1,2"
