@@ -118,6 +118,13 @@ def bench_ratio(repeats):
   }
   bound = {name: functools.partial(fn, embed) for name, fn in fns.items()}
   devices = jax.local_devices()
+  if len(devices) > 1 and batch % len(devices):
+    print(
+        f"  (no structured_split: {len(devices)} devices do not divide the "
+        f"batch of {batch}; use --cpu_devices=2, 4, 8 ...)"
+    )
+  elif len(devices) == 1:
+    print("  (no structured_split: one device; --cpu_devices=2 adds it)")
   if len(devices) > 1 and batch % len(devices) == 0:
     # The same program with the batch split over the devices (E replicated;
     # XLA adds the gradient's shares up across them).

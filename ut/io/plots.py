@@ -270,7 +270,7 @@ def against_width(points):
         label=cell,
     )
   for ax, label in (
-      (acc_ax, "final accuracy (%)"),
+      (acc_ax, "final held-out accuracy (%)"),
       (share_ax, "share of seeds >= 99%"),
   ):
     ax.set_xscale("log", base=2)
