@@ -30,7 +30,8 @@ Our choices (the issue leaves them open):
     about 9 GFLOP, 0.2-0.5 s on one core of this CPU (a few core-hours per
     row of runs that reach the cap); the sparse UT (m = 1856) takes about
     22 ms a step. Rows run cheapest first and the report lists the rest as
-    pending; run the same command again to continue.
+    pending; run the same command again to continue, or add
+    --config.report_only=True to tabulate the finished runs, training none.
   * The random UT has m = 1.25 N (trained_to_ut.M_FACTOR), k_u = d, draw
     ut_seed 0; the sparse UT its own width. Both attention-only, as the target.
   * UT training: configs/khop.py's protocol (constant lr after 100 warmup
@@ -91,6 +92,9 @@ def get_config(arg=None):
   config.ut.train.plateau_evals = 6
   config.ut.train.plateau_delta = 0.002
   config.overwrite = False
+  # True: train nothing; report the rows whose runs are finished (the rest
+  # pending), e.g. from runs trained elsewhere.
+  config.report_only = False
   if args["smoke"]:
     config.noises = (0.0, 1.0)
     config.seeds = (0, 1)

@@ -178,6 +178,17 @@ class LearnabilityRunTest(absltest.TestCase):
         workdir,
     )
     self.assertEqual(partial["pending"], _read_json(workdir)["pending"])
+    # report_only trains nothing: every row whose runs are finished, the
+    # random starts pending.
+    only = self.config.copy_and_resolve_references()
+    only.report_only = True
+    with mock.patch.object(train, "train_and_evaluate", killed):
+      reported = learnability.run(only, workdir)
+    self.assertEqual(reported["pending"], ["sparse scratch", "random scratch"])
+    self.assertEqual(
+        [(r["ut"], r["start"]) for r in reported["rows"]],
+        [(ut, f"noise={s}") for ut in ("sparse", "random") for s in (0, 1)],
+    )
     # The same command continues it (no overwrite needed) and retrains only
     # the missing runs, to the same accuracies as the uninterrupted run.
     kept = {

@@ -100,11 +100,26 @@ def _read(path):
     return json.load(f)
 
 
+def _run_dir(workdir, construction, noise, seed):
+  return os.path.join(
+      workdir, "runs", f"{construction}_{start_name(noise)}_seed={seed}"
+  )
+
+
+def _finished(workdir, construction, noise, seed):
+  """Whether the run has its metrics and its start's accuracy recorded."""
+  run_dir = _run_dir(workdir, construction, noise, seed)
+  return all(
+      os.path.exists(os.path.join(run_dir, f))
+      for f in ("metrics.json", "start.json")
+  )
+
+
 def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
   """Trains (or resumes) one UT run; returns its metrics.json with its name
   and the start's test accuracy (start.json) added."""
-  name = f"{construction}_{start_name(noise)}_seed={seed}"
-  run_dir = os.path.join(workdir, "runs", name)
+  run_dir = _run_dir(workdir, construction, noise, seed)
+  name = os.path.basename(run_dir)
   os.makedirs(run_dir, exist_ok=True)
   c = ut_config(config, ut_spec, construction, seed)
   start_path = os.path.join(run_dir, "start.json")
@@ -140,7 +155,9 @@ def run(config, workdir):
   the random start last), and the report is written
   after each row of runs, with the rows still to run listed as pending. A
   report with pending rows is continued by running the same command again;
-  a finished one is replaced only with config.overwrite.
+  a finished one is replaced only with config.overwrite. With
+  config.report_only nothing trains: the report holds the rows whose runs
+  are all finished and lists the others as pending.
   """
   check_config(config)
   paths = [os.path.join(workdir, f"learnability.{e}") for e in ("json", "md")]
@@ -204,14 +221,30 @@ def run(config, workdir):
   cheapest_first = sorted(
       order, key=lambda o: (o[0] == "random", o[1] is None, o[1] or 0)
   )
+  result = None
   for construction, noise in cheapest_first:
     ut_params, ut_spec = compiled_uts[construction]
+    if config.get("report_only") and not all(
+        _finished(workdir, construction, noise, s) for s in config.seeds
+    ):
+      continue  # Stays pending: report_only trains nothing.
     results = [
         _run(config, workdir, construction, ut_params, ut_spec, noise, s)
         for s in config.seeds
     ]
     per_run.update({r["name"]: r["test_accuracy"] for r in results})
     rows[construction, noise] = _row(construction, ut_spec, noise, results)
+    result = _write_report(
+        config,
+        workdir,
+        paths,
+        dict(target=target, programs=programs),
+        order,
+        rows,
+        per_run,
+        gflops,
+    )
+  if result is None:  # No row finished (report_only): programs and pending.
     result = _write_report(
         config,
         workdir,
@@ -248,13 +281,14 @@ def _write_report(config, workdir, paths, head, order, rows, runs, gflops):
 def _check_continuation(report, config, paths):
   """A UserError unless the report may be written: there is none yet, or
   config.overwrite, or it lists pending rows of this same configuration (a
-  continuation; `overwrite` aside)."""
+  continuation; `overwrite` and `report_only` aside)."""
   if config.overwrite or not report:
     return
   saved = dict((report.get("provenance") or {}).get("config") or {})
   now = json.loads(config.to_json_best_effort())
-  saved.pop("overwrite", None)
-  now.pop("overwrite", None)
+  for field in ("overwrite", "report_only"):  # How to write, not what.
+    saved.pop(field, None)
+    now.pop(field, None)
   if report.get("pending") is None:
     reports.refuse_existing(paths, config.overwrite)
   if saved != now:
