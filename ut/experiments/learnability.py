@@ -221,6 +221,16 @@ def run(config, workdir):
   cheapest_first = sorted(
       order, key=lambda o: (o[0] == "random", o[1] is None, o[1] or 0)
   )
+  write = lambda: _write_report(
+      config,
+      workdir,
+      paths,
+      dict(target=target, programs=programs),
+      order,
+      rows,
+      per_run,
+      gflops,
+  )
   result = None
   for construction, noise in cheapest_first:
     ut_params, ut_spec = compiled_uts[construction]
@@ -234,28 +244,9 @@ def run(config, workdir):
     ]
     per_run.update({r["name"]: r["test_accuracy"] for r in results})
     rows[construction, noise] = _row(construction, ut_spec, noise, results)
-    result = _write_report(
-        config,
-        workdir,
-        paths,
-        dict(target=target, programs=programs),
-        order,
-        rows,
-        per_run,
-        gflops,
-    )
-  if result is None:  # No row finished (report_only): programs and pending.
-    result = _write_report(
-        config,
-        workdir,
-        paths,
-        dict(target=target, programs=programs),
-        order,
-        rows,
-        per_run,
-        gflops,
-    )
-  return result
+    result = write()
+  # With report_only and no row finished: the programs, every row pending.
+  return write() if result is None else result
 
 
 def _write_report(config, workdir, paths, head, order, rows, runs, gflops):
