@@ -636,7 +636,7 @@ class LastOnlyTest(parameterized.TestCase):
     """At m = 256, large beside T and V, the two-layer UT's matmuls cost per
     added string less than forming layer 1's m-wide output from its
     P = H (T + V) coefficients (2 T P m), let alone the value product of the
-    m-wide order (2 T m^2 H); and not at m below its widest state."""
+    m-wide order (2 T m^2 H); and the rule that picks the form."""
     spec = make_spec("random", "attn", num_layers=2, m=256, impl="xla_cpu")
     params, tokens = make_inputs(spec, seed=5)
 
@@ -651,8 +651,18 @@ class LastOnlyTest(parameterized.TestCase):
     self.assertLess(added, 2 * B * T * 2 * (T + VOCAB) * 256)
     self.assertTrue(cpu_forward.coefficient_form(spec, T))
     self.assertEqual(cpu_forward.coefficient_width(spec, T), 2 * (T + VOCAB))
-    narrow = dataclasses.replace(spec, m=2 * (T + VOCAB) - 1)
-    self.assertFalse(cpu_forward.coefficient_form(narrow, T))
+    # The rule: at most half the M-wide order's multiply-adds per string,
+    # counted by hand here for H = 2, K = 8, T = 6, P_l = 11 and 22.
+    hand = 6 * 2 * sum(2 * p * 8 + 6 * 8 + 6 * p for p in (11, 22))
+    for m, want in ((4, False), (16, False), (20, True), (52, True)):
+      at_m = dataclasses.replace(spec, m=m)
+      self.assertEqual(
+          cpu_forward.string_costs(at_m, T),
+          (hand, 2 * 6 * 2 * (2 * m * 8 + 6 * 8 + m * m + 6 * m)),
+      )
+      self.assertEqual(cpu_forward.coefficient_form(at_m, T), want, m)
+    # Narrower than its widest coefficient state (22), and still the form.
+    self.check_coefficient_form(m=20, num_layers=2)
     self.assertFalse(
         cpu_forward.coefficient_form(
             dataclasses.replace(spec, variant="res_ln"), T

@@ -52,22 +52,44 @@ def coefficient_width(spec, num_tokens):
   )
 
 
+def string_costs(spec, num_tokens):
+  """(coefficient form, M-wide order): the multiply-adds of one string
+  through an attention-only UT of spec's shape, tables and the unembedding
+  aside. Per layer and head the M-wide order forms queries and keys (2 T M K),
+  the scores (T^2 K), the values (T M^2) and their mix (T^2 M); the
+  coefficient form reads queries and keys off its tables (2 T P_l K), forms
+  the scores and mixes its P_l = (T + V) H^l coefficients (T^2 P_l)."""
+  t, h, k, m = (
+      num_tokens,
+      spec.num_heads,
+      spec.head_width,
+      spec.model_width,
+  )
+  widths = [(t + spec.vocab_size) * h**l for l in range(spec.num_layers)]
+  coefficient = sum(t * h * (2 * p * k + t * k + t * p) for p in widths)
+  m_wide = spec.num_layers * t * h * (2 * m * k + t * k + m * m + t * m)
+  return coefficient, m_wide
+
+
 def coefficient_form(spec, num_tokens):
   """Whether `apply` computes an attention-only random UT without an M-wide
-  state (`_random_attn_coefficients`): no residual or LayerNorm, and its
-  widest coefficient state no wider than M (`coefficient_width`), so that a
-  string never costs more than in the M-wide order. The tables it builds
-  from E (about P M^2 H for each layer but the last) are paid once a call,
-  so it is less work in all when a call's B T rows outnumber its widest P
-  (every training batch of our protocols; not a single short string at
-  L >= 3). Dyck's random UT (L = 2, T = 61, V = 4: P = 130) at m >= 130;
-  the learnability's (L = 3, T = 32) at m = 2880."""
-  return (
-      spec.kind == "random"
-      and spec.variant == "attn"
-      and not spec.residual
-      and coefficient_width(spec, num_tokens) <= spec.model_width
-  )
+  state (`_random_attn_coefficients`): no residual or LayerNorm, and a
+  string costs at most half the multiply-adds of the M-wide order
+  (`string_costs`; the form's many small ops run well below the M-wide
+  order's matmul speed: its step was 1.8-3.4x faster at 6-22x fewer
+  multiply-adds, docs/performance.md). The tables
+  it builds from E (about P M^2 H for each layer but the last) are paid once
+  a call, so it is less work in all when a call holds many strings (every
+  training batch of our protocols; not a single short string at L >= 3).
+  Dyck's random UT (L = 2, T = 61, V = 4: P up to 130) from m = 128 on;
+  k-hop's at k = 2 and 3 (m = 256: P up to 148 and 296) and the
+  learnability's (m = 2880)."""
+  if not (
+      spec.kind == "random" and spec.variant == "attn" and not spec.residual
+  ):
+    return False
+  coefficient, m_wide = string_costs(spec, num_tokens)
+  return 2 * coefficient <= m_wide
 
 
 def apply_m_wide(params, spec, tokens_BxT, precision=None, last_only=False):
