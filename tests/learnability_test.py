@@ -19,6 +19,7 @@ from tests import cli_helpers
 from tests import xla_settings
 from ut.experiments import learnability
 from ut.experiments import sweep
+from ut.io import plots
 from ut.training import data as data_lib
 from ut.training import train
 
@@ -74,6 +75,17 @@ class LearnabilityRunTest(absltest.TestCase):
             for start in ("scratch", "noise=0", "noise=1")
         ],
     )
+
+  def test_figure_shows_a_program_whose_runs_are_pending(self):
+    partial = dict(
+        self.result,
+        rows=[r for r in self.result["rows"] if r["ut"] == "sparse"],
+    )
+    labels = plots.learnability(partial).axes[0].get_legend_handles_labels()[1]
+    m = self.result["programs"]["random"]["m"]
+    self.assertIn(f"random UT (m={m}): compiled, no step", labels)
+    self.assertNotIn("random UT: from a random start", labels)
+    self.assertIn("sparse UT: from a random start", labels)
 
   def test_noise_zero_starts_at_the_targets_accuracy(self):
     # Independent of the UT: the target itself scored on each run's test set.

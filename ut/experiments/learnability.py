@@ -90,9 +90,17 @@ def _ensure_target(config, workdir):
 
 
 def _save_program(path, params):
-  """The program as an init .npz (`config.train.init_params`' form)."""
+  """The program as an init .npz (`config.train.init_params`' form); a file
+  holding the same arrays is left as it is."""
+  program = noisy_program(params, 0.0, seed=0)
+  if os.path.exists(path):
+    with np.load(path) as saved:
+      if sorted(saved.files) == sorted(program) and all(
+          np.array_equal(saved[k], v) for k, v in program.items()
+      ):
+        return
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  np.savez(path, **noisy_program(params, 0.0, seed=0))
+  np.savez(path, **program)
 
 
 def _read(path):

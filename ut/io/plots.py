@@ -364,7 +364,10 @@ def learnability(result):
   # s = 0 sits one decade left of the smallest positive noise.
   zero_at = positive[0] / 10 if positive else 1.0
   x_of = lambda s: s if s > 0 else zero_at
-  for i, ut in enumerate(_ordered(r["ut"] for r in result["rows"])):
+  # Every UT with rows or a compiled program (a UT whose runs are pending
+  # shows its program alone).
+  uts = _ordered([r["ut"] for r in result["rows"]] + list(result["programs"]))
+  for i, ut in enumerate(uts):
     color = f"C{i}"
     mine = sorted((r for r in noisy if r["ut"] == ut), key=lambda r: r["noise"])
     xs, means = [], []
@@ -379,17 +382,22 @@ def learnability(result):
       )
       xs.append(x_of(r["noise"]))
       means.append(100 * r["test_mean"])
-    m = mine[0]["m"] if mine else "?"
-    ax.plot(xs, means, color=color, label=f"{ut} UT (m={m}): from E_c + noise")
-    ax.plot(
-        xs,
-        [100 * r["start_mean"] for r in mine],
-        color=color,
-        ls=":",
-        marker="x",
-        lw=1,
-        label=f"{ut} UT: E_c + noise before training",
-    )
+    if mine:
+      ax.plot(
+          xs,
+          means,
+          color=color,
+          label=f"{ut} UT (m={mine[0]['m']}): from E_c + noise",
+      )
+      ax.plot(
+          xs,
+          [100 * r["start_mean"] for r in mine],
+          color=color,
+          ls=":",
+          marker="x",
+          lw=1,
+          label=f"{ut} UT: E_c + noise before training",
+      )
     for r in result["rows"]:
       if r["ut"] == ut and r["noise"] is None:
         accs = [100 * a for a in _run_accuracies(result, r)]
@@ -411,7 +419,7 @@ def learnability(result):
           color=color,
           edgecolor="black",
           zorder=3,
-          label=f"{ut} UT: compiled, no step",
+          label=f"{ut} UT (m={program['m']}): compiled, no step",
       )
   ax.axhline(99, color="black", ls=":", lw=1)
   ax.set_xscale("log")
