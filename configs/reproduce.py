@@ -18,8 +18,9 @@ full   the results as reported: simulate (bounds and errors), threshold
        baseline, seeds over machines, trainability against width and the
        learnability gap. Every run trains to its protocol's stopping rule
        (docs/results.md): many core-hours on a 2-core CPU (each step's time
-       is recorded); the learnability gap's random UT (m = 2880) needs an
-       accelerator.
+       is recorded); the learnability gap's random UT (m = 2880) takes many
+       of them (its report lists the rows still pending; a step whose
+       report does is not finished, and the next invocation continues it).
 quick  the same pipeline at smoke size (4 training steps, 1 seed, one mix,
        k = 2): checks that every step runs, in a few minutes. Its numbers mean
        nothing.

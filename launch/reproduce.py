@@ -139,7 +139,7 @@ def main(argv):
       logging.info("[%s] finished in an earlier invocation", step.name)
       steps.append(record)
       continue
-    if step.output and os.path.exists(
+    if step.output and reports.output_finished(
         os.path.join(workdir, step.workdir, step.output)
     ):
       logging.info(

@@ -15,6 +15,7 @@ import pytest
 
 from configs import reproduce as reproduce_config
 from tests import cli_helpers
+from ut.io import reports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -178,3 +179,20 @@ class ProfileTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class OutputFinishedTest(absltest.TestCase):
+
+  def test_a_report_with_pending_rows_is_not_finished(self):
+    folder = self.create_tempdir().full_path
+    path = lambda name: os.path.join(folder, name)
+    self.assertFalse(reports.output_finished(path("none.json")))
+    for name, content, want in (
+        ("figure.png", "", True),
+        ("done.json", {"rows": [1]}, True),
+        ("complete.json", {"pending": None}, True),
+        ("partial.json", {"pending": ["random scratch"]}, False),
+    ):
+      with open(path(name), "w") as f:
+        f.write(content if isinstance(content, str) else json.dumps(content))
+      self.assertEqual(reports.output_finished(path(name)), want, name)

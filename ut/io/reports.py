@@ -161,6 +161,18 @@ def format_table(rows, floatfmt="{:.3g}"):
   return "\n".join([line(cols), sep] + [line(r) for r in cells])
 
 
+def output_finished(path):
+  """Whether a command's output marks it finished: it exists, and if it is a
+  JSON report that lists pending rows (launch.learnability's, partly done),
+  none are left."""
+  if not os.path.exists(path):
+    return False
+  if not path.endswith(".json"):
+    return True
+  with open(path) as f:
+    return not json.load(f).get("pending")
+
+
 def step(value):
   """A step count for a table cell: "" for None (never reached)."""
   return "" if value is None else f"{value:.0f}"
