@@ -650,7 +650,9 @@ class LastOnlyTest(parameterized.TestCase):
     added = flops(jnp.tile(tokens, (2, 1))) - flops(tokens)
     self.assertLess(added, 2 * B * T * 2 * (T + VOCAB) * 256)
     self.assertTrue(cpu_forward.coefficient_form(spec, T))
-    self.assertEqual(cpu_forward.coefficient_width(spec, T), 2 * (T + VOCAB))
+    self.assertEqual(
+        cpu_forward.coefficient_widths(spec, T), [T + VOCAB, 2 * (T + VOCAB)]
+    )
     # The rule: at most half the M-wide order's multiply-adds per string,
     # counted by hand here for H = 2, K = 8, T = 6, P_l = 11 and 22.
     hand = 6 * 2 * sum(2 * p * 8 + 6 * 8 + 6 * p for p in (11, 22))

@@ -43,13 +43,14 @@ def apply(params, spec, tokens_BxT, precision=None, last_only=False):
   return apply_m_wide(params, spec, tokens_BxT, precision, last_only)
 
 
-def coefficient_width(spec, num_tokens):
-  """P, the widest coefficient state of `_random_attn_coefficients`: layer
-  L - 1's output is a mix of H^(L-1) (T + V) rows (layer 1's: H (T + V);
-  a one-layer UT's: its input's T + V)."""
-  return spec.num_heads ** (spec.num_layers - 1) * (
-      num_tokens + spec.vocab_size
-  )
+def coefficient_widths(spec, num_tokens):
+  """[P_l], the coefficient state that layer l of `_random_attn_coefficients`
+  reads: its input is a mix of H^l (T + V) rows (layer 0's: the T + V
+  embedding rows; the widest, layer L - 1's, H^(L-1) (T + V))."""
+  return [
+      (num_tokens + spec.vocab_size) * spec.num_heads**l
+      for l in range(spec.num_layers)
+  ]
 
 
 def string_costs(spec, num_tokens):
@@ -65,8 +66,10 @@ def string_costs(spec, num_tokens):
       spec.head_width,
       spec.model_width,
   )
-  widths = [(t + spec.vocab_size) * h**l for l in range(spec.num_layers)]
-  coefficient = sum(t * h * (2 * p * k + t * k + t * p) for p in widths)
+  coefficient = sum(
+      t * h * (2 * p * k + t * k + t * p)
+      for p in coefficient_widths(spec, num_tokens)
+  )
   m_wide = spec.num_layers * t * h * (2 * m * k + t * k + m * m + t * m)
   return coefficient, m_wide
 
