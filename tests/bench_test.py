@@ -563,3 +563,30 @@ class SparseBenchTest(absltest.TestCase):
       self.assertLess(float(diff), 1e-5)
     self.assertIn("batch split over 2 CPU devices", proc.stdout)
     self.assertLen(re.findall(r"structured_split [0-9.]+ ms", proc.stdout), 2)
+
+
+class DrawBenchTest(absltest.TestCase):
+
+  @pytest.mark.slow
+  def test_times_each_case_both_ways_after_checking_the_bits(self):
+    proc = _python(
+        "-m",
+        "benchmarks.draw_bench",
+        "--repeats=1",
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    self.assertIn("arrays equal bit for bit", proc.stdout)
+    rows = re.findall(
+        r"^  (\w+) +([0-9.]+) +([0-9.]+) +([0-9.]+)$", proc.stdout, re.M
+    )
+    self.assertEqual([r[0] for r in rows], ["draw", "target", "trained"])
+    for _, slow, fast, ratio in rows:
+      slow, fast, ratio = float(slow), float(fast), float(ratio)
+      self.assertGreater(fast, 0)
+      # The ratio of the unrounded medians, between the printed ones' bounds.
+      self.assertBetween(
+          ratio,
+          (slow - 0.005) / (fast + 0.005) - 0.005,
+          (slow + 0.005) / (fast - 0.005) + 0.005,
+      )

@@ -150,11 +150,11 @@ def init(key, spec, dtype=jnp.float32):
   params = {
       "embed": {
           "token": spec.embed_scale
-          * jax.random.normal(k_tok, (spec.vocab_size, m), dtype),
+          * targets.normal(k_tok, (spec.vocab_size, m), dtype),
           "position": spec.embed_scale
-          * jax.random.normal(k_pos, (spec.max_len, m), dtype),
+          * targets.normal(k_pos, (spec.max_len, m), dtype),
       },
-      "unembed": jax.random.normal(k_u, (m, c), dtype) / np.sqrt(m),
+      "unembed": targets.normal(k_u, (m, c), dtype) / np.sqrt(m),
   }
   h, num_layers, k = spec.num_heads, spec.num_layers, spec.head_width
   if spec.kind == "random":
@@ -167,7 +167,7 @@ def init(key, spec, dtype=jnp.float32):
   elif spec.kind == "trained":
     ks = jax.random.split(k_layers, 4)
     normal = lambda key, shape, fan_in: (
-        jax.random.normal(key, shape, dtype) / np.sqrt(fan_in)
+        targets.normal(key, shape, dtype) / np.sqrt(fan_in)
     )
     params["layers"] = {
         "wq": normal(ks[0], (num_layers, h, m, k), m),
@@ -181,9 +181,9 @@ def init(key, spec, dtype=jnp.float32):
     if spec.kind != "trained":  # Frozen random MLP: its own fixed seed.
       k1, k2 = jax.random.split(jax.random.PRNGKey(spec.ut_seed + 1))
     params["mlp"] = {
-        "w1": jax.random.normal(k1, (num_layers, m, f), dtype) / np.sqrt(m),
+        "w1": targets.normal(k1, (num_layers, m, f), dtype) / np.sqrt(m),
         "b1": jnp.zeros((num_layers, f), dtype),
-        "w2": jax.random.normal(k2, (num_layers, f, m), dtype) / np.sqrt(f),
+        "w2": targets.normal(k2, (num_layers, f, m), dtype) / np.sqrt(f),
         "b2": jnp.zeros((num_layers, m), dtype),
     }
   if spec.kind == "sparse":
