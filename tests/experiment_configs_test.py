@@ -218,6 +218,32 @@ class CurvesTest(absltest.TestCase):
     self.assertEqual(ax.lines[0].get_color(), ax.lines[1].get_color())
     self.assertNotEqual(ax.lines[0].get_color(), ax.lines[2].get_color())
 
+  def test_one_panel_per_task_setting_with_its_legend_outside(self):
+    fig = plots.curves(
+        {
+            "sparse m=8 k=2 lr=0.01 seed=0": [(500, 0.5), (1000, 0.9)],
+            "random m=8 k=3 lr=0.01 seed=0": [(500, 0.4)],
+            "random m=8 k=2 lr=0.01 seed=1": [(500, 0.6)],
+            "trained m=8 k=3 lr=0.01 seed=0": [],  # No curve: not drawn.
+        }
+    )
+    self.assertLen(fig.axes, 2)
+    for ax, setting, cells in zip(
+        fig.axes,
+        ("k=2", "k=3"),
+        (
+            ["sparse m=8 k=2 lr=0.01", "random m=8 k=2 lr=0.01"],
+            ["random m=8 k=3 lr=0.01"],
+        ),
+    ):
+      legend = ax.get_legend()
+      self.assertEqual(legend.get_title().get_text(), setting)
+      self.assertEqual([t.get_text() for t in legend.get_texts()], cells)
+      self.assertGreater(legend.get_bbox_to_anchor().x0, ax.bbox.x1 - 1)
+    # Colours restart in each panel: the first cell of each is C0.
+    self.assertEqual(fig.axes[0].lines[0].get_color(), "C0")
+    self.assertEqual(fig.axes[1].lines[0].get_color(), "C0")
+
   def test_run_curves_reads_each_runs_curve(self):
     workdir = self.create_tempdir().full_path
     for name, seed, curve in (("a", 0, [[500, 0.5]]), ("b", 1, [])):

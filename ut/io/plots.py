@@ -300,34 +300,57 @@ def _stds(points):
 
 def curves(runs, title="", threshold=0.99):
   """Held-out accuracy against step (log axis) for each run: `runs` maps a
-  label to [(step, accuracy)], e.g. the `curve` of each run's metrics.json;
-  runs that share a label's prefix before " seed=" share a colour."""
-  fig = figure.Figure(figsize=(7, 4), layout="constrained")
-  ax = fig.subplots()
-  cells = _ordered(label.split(" seed=")[0] for label in runs)
-  for label, curve in runs.items():
-    if not curve:
-      continue
-    cell = label.split(" seed=")[0]
-    steps, accs = zip(*curve)
-    ax.plot(
-        steps,
-        [100 * a for a in accs],
-        color=f"C{cells.index(cell) % 10}",
-        alpha=0.8,
-        lw=1,
-        label=cell,
+  label to [(step, accuracy)], e.g. the `curve` of each run's metrics.json.
+
+  Runs that share a label's prefix before " seed=" (a cell) share a colour.
+  Cells whose labels name a task setting (a `k=` or `mix=` word, as
+  `run_curves` writes them) get one panel per setting, each with its legend
+  beside it, so that no legend covers a curve.
+  """
+  cells = _ordered(label.split(" seed=")[0] for label in runs if runs[label])
+  settings = _ordered(_setting(cell) for cell in cells)
+  fig = figure.Figure(
+      figsize=(9, 0.5 + 2.8 * len(settings)), layout="constrained"
+  )
+  axes = fig.subplots(len(settings), 1, squeeze=False, sharex=True)[:, 0]
+  for setting, ax in zip(settings, axes):
+    mine = [cell for cell in cells if _setting(cell) == setting]
+    for label, curve in runs.items():
+      cell = label.split(" seed=")[0]
+      if not curve or cell not in mine:
+        continue
+      steps, accs = zip(*curve)
+      ax.plot(
+          steps,
+          [100 * a for a in accs],
+          color=f"C{mine.index(cell) % 10}",
+          alpha=0.8,
+          lw=1,
+          label=cell,
+      )
+    ax.axhline(100 * threshold, color="black", ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_ylabel("held-out accuracy (%)")
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    keep = dict(zip(labels, handles))
+    ax.legend(
+        keep.values(),
+        keep.keys(),
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        title=setting or None,
+        title_fontsize=8,
     )
-  ax.axhline(100 * threshold, color="black", ls=":", lw=1)
-  ax.set_xscale("log")
-  ax.set_xlabel("step")
-  ax.set_ylabel("held-out accuracy (%)")
-  handles, labels = ax.get_legend_handles_labels()
-  keep = dict(zip(labels, handles))
-  ax.legend(keep.values(), keep.keys(), fontsize=7, loc="lower right")
-  ax.grid(alpha=0.3)
-  ax.set_title(title)
+  axes[-1].set_xlabel("step")
+  fig.suptitle(title)
   return fig
+
+
+def _setting(cell):
+  """The task-setting words of a cell label ("k=2", "mix=za"), or ""."""
+  return " ".join(w for w in cell.split() if w.startswith(("k=", "mix=")))
 
 
 def run_curves(workdir, rows):
