@@ -120,9 +120,8 @@ def report(workdir, rows):
           "N": p["N"],
           "m / N": f"{p['ratio']:.3g}",
           "held out": p["held_out"],
-          "accuracy (%)": (
-              f"{100 * p['accuracy_mean']:.2f}"
-              + ("" if p["seeds"] < 2 else f" ± {100 * p['accuracy_std']:.2f}")
+          "accuracy (%)": reports.mean_std(
+              p["accuracy_mean"], p["accuracy_std"]
           ),
           "≥99% (validation)": f"{p['successes']}/{p['seeds']}",
       }

@@ -29,6 +29,16 @@ class WriteTest(absltest.TestCase):
 
 
 @pytest.mark.slow  # Starts git.
+class CellTest(absltest.TestCase):
+
+  def test_mean_std_in_percent_std_only_where_defined(self):
+    self.assertEqual(reports.mean_std(0.98654, 0.01681), "98.65 ± 1.68")
+    self.assertEqual(reports.mean_std(0.9805, float("nan")), "98.05")
+    self.assertEqual(reports.mean_std(0.9805, None), "98.05")
+    self.assertEqual(reports.mean_std(float("nan"), float("nan")), "")
+    self.assertEqual(reports.mean_std(None, None), "")
+
+
 class GitCommitTest(absltest.TestCase):
 
   def test_regenerated_results_are_not_dirty_code_is(self):

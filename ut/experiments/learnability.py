@@ -353,7 +353,7 @@ def markdown(result):
             start=r["start"],
             seeds=r["seeds"],
             start_acc=f"{100 * r['start_mean']:.1f}",
-            test=f"{100 * r['test_mean']:.2f} ± {100 * r['test_std']:.2f}",
+            test=reports.mean_std(r["test_mean"], r["test_std"]),
             **{"≥99%": f"{r['successes']}/{r['seeds']}"},
             median_step_to_99=reports.step(r["median_steps_to_99"]),
             max_steps=r["max_steps"],

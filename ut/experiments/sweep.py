@@ -812,12 +812,11 @@ def markdown_table(rows):
       {k: v for k, v in r.items() if k not in ("runs", "core_minutes")}
       for r in rows
   ]
-  pct = lambda mean, std: (
-      "" if math.isnan(mean) else f"{100 * mean:.2f} ± {100 * std:.2f}"
-  )
   for r in shown:
-    r["accuracy"] = pct(r.pop("accuracy_mean"), r.pop("accuracy_std"))
-    r["test"] = pct(r.pop("test_mean"), r.pop("test_std"))
+    r["accuracy"] = reports.mean_std(
+        r.pop("accuracy_mean"), r.pop("accuracy_std")
+    )
+    r["test"] = reports.mean_std(r.pop("test_mean"), r.pop("test_std"))
     r[f"≥{100 * SUCCESS:.0f}%"] = f"{r.pop('successes')}/{r['seeds']}"
     r["median step to 99%"] = reports.step(r.pop("median_steps_to_99"))
     agreement = r.pop("agreement_min")

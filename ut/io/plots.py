@@ -75,9 +75,7 @@ def beside_paper(rows, paper, panel):
   out = []
   for r in rows:
     mean, std, held_out = held_out_accuracy(r)
-    ours = f"{100 * mean:.2f}" + (
-        "" if std is None or math.isnan(std) else f" ± {100 * std:.2f}"
-    )
+    ours = reports.mean_std(mean, std)
     out.append(
         {
             panel: panel_value(r, panel),

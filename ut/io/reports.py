@@ -4,6 +4,7 @@ import contextlib
 import csv
 import datetime
 import json
+import math
 import os
 import subprocess
 import sys
@@ -171,6 +172,15 @@ def output_finished(path):
     return True
   with open(path) as f:
     return not json.load(f).get("pending")
+
+
+def mean_std(mean, std):
+  """Accuracies as a table cell in percent: "98.65 ± 1.68"; the mean alone
+  where std is None or NaN (one seed); "" where the mean is (no runs)."""
+  missing = lambda x: x is None or math.isnan(x)
+  if missing(mean):
+    return ""
+  return f"{100 * mean:.2f}" + ("" if missing(std) else f" ± {100 * std:.2f}")
 
 
 def step(value):
