@@ -1,16 +1,19 @@
-r"""Cold-cache time of the simulate table and the threshold sweep, and how many
-XLA compilations they take.
+r"""Cold-cache time of the simulate table, the threshold sweep and the scale
+run, and how many XLA compilations they take.
 
   python -m benchmarks.simulate_bench                      # the table, this tree
   python -m benchmarks.simulate_bench --part=threshold     # configs/threshold.py
+  python -m benchmarks.simulate_bench --part=scale         # H=2, L=10, d=64
   python -m benchmarks.simulate_bench --baseline=REV       # and at a commit REV
 
 Each run is a fresh process without JAX's persistent compilation cache (the
 launchers' UT_JAX_CACHE is never read), in float64 mode as `launch.simulate`
 and `launch.threshold` run: every program compiles, as from a fresh clone. A
 run reports the table time (the sum of the table's per-row `seconds`, or the
-threshold sweep's `wall_seconds`), its XLA compilations (count and seconds, from
-jax.monitoring) and the process's wall time. --baseline=REV runs the same
+threshold sweep's `wall_seconds`, or the scale run's build, compile and
+simulate-check as `benchmarks.sparse_bench --part=scale` times them), its XLA
+compilations (count and seconds, from jax.monitoring), the process's wall time
+from before its imports, and its peak RSS. --baseline=REV runs the same
 config of `git archive REV` (extracted to a temporary folder; the working tree
 is not touched) in turns with this tree's, and prints baseline / this tree.
 Pin with `taskset -c ...` to time on given CPUs; the children inherit it.
@@ -28,7 +31,10 @@ from absl import app
 from absl import flags
 
 _PART = flags.DEFINE_enum(
-    "part", "table", ["table", "threshold"], "Which experiment to time."
+    "part",
+    "table",
+    ["table", "threshold", "scale"],
+    "Which experiment to time.",
 )
 _BASELINE = flags.DEFINE_string(
     "baseline", None, "A git revision to time beside this tree."
@@ -40,10 +46,12 @@ _REPEATS = flags.DEFINE_integer(
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Runs in the tree being timed (its cwd), so that it works for older trees too:
-# it uses only run_table / threshold.run and the configs' defaults.
+# it uses only run_table / threshold.run, the configs' defaults, and the
+# sparse UT's build, compile and check.
 _CHILD = r"""
-import json, os, sys, time
+import time
 start = time.perf_counter()
+import json, os, resource, sys
 import jax
 jax.config.update("jax_enable_x64", True)  # As the launchers.
 compiles = []
@@ -57,15 +65,35 @@ if part == "table":
   from ut.experiments import simulate_table
   rows = simulate_table.run_table(config_lib.get_config(), workdir)
   seconds = sum(r["seconds"] for r in rows)
-else:
+elif part == "threshold":
   from configs import threshold as config_lib
   from ut.experiments import threshold
   threshold.run(config_lib.get_config(), workdir)
   with open(os.path.join(workdir, "threshold.json")) as f:
     seconds = json.load(f)["wall_seconds"]
+else:  # As benchmarks/sparse_bench.py's scale part.
+  import numpy as np
+  from ut.core import compile as compile_lib
+  from ut.core import simulate
+  from ut.core import targets as targets_lib
+  from ut.core.constructions import sparse
+  jax.config.update("jax_enable_x64", False)  # As sparse_bench runs it.
+  t0 = time.perf_counter()
+  ut = sparse.make_sparse_ut(2, 10, 64)
+  target = targets_lib.init(
+      jax.random.PRNGKey(0), num_heads=2, num_layers=10, width=64
+  ).astype(np.float64)
+  program, _ = compile_lib.compile_sparse(ut, target)
+  x = np.random.default_rng(0).standard_normal((1, 2, 8, 64))
+  result = simulate.check(
+      ut, simulate.stack([program]), simulate.stack([target]), x
+  )
+  assert result["float64"]["max_abs_err"] < 1e-12, result["float64"]
+  seconds = time.perf_counter() - t0
 print("RESULT " + json.dumps(dict(
     seconds=seconds, compiles=len(compiles), compile_seconds=sum(compiles),
-    wall=time.perf_counter() - start)))
+    wall=time.perf_counter() - start,
+    peak_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)))
 """
 
 
@@ -104,6 +132,7 @@ def summary(runs):
       compiles=med("compiles"),
       compile_seconds=med("compile_seconds"),
       wall=med("wall"),
+      peak_gb=max(r.get("peak_gb", 0) for r in runs),
   )
 
 
@@ -128,14 +157,16 @@ def main(argv):
     print(
         f"  {name:>24}: {part} time {r['seconds']:6.2f}s, "
         f"{r['compiles']:4.0f} compilations ({r['compile_seconds']:.2f}s), "
-        f"process {r['wall']:.2f}s"
+        f"process {r['wall']:.2f}s, peak RSS {r['peak_gb']:.2f} GB"
     )
   if len(results) == 2:
     base, mine = results.values()
     print(
         f"  baseline / this tree: {part} time "
-        f"{base['seconds'] / mine['seconds']:.1f}x, compilations "
-        f"{base['compiles'] / max(mine['compiles'], 1):.1f}x"
+        f"{base['seconds'] / mine['seconds']:.2f}x, compilations "
+        f"{base['compiles'] / max(mine['compiles'], 1):.1f}x, compile time "
+        f"{base['compile_seconds'] / max(mine['compile_seconds'], 1e-9):.2f}x, "
+        f"process {base['wall'] / mine['wall']:.2f}x"
     )
 
 

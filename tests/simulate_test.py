@@ -2,6 +2,7 @@
 
 import contextlib
 import math
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -364,6 +365,30 @@ class PaddingTest(parameterized.TestCase):
         self.assertLessEqual(row["random_f64_abs"], F64_ATOL)
         self.assertLessEqual(row["sparse_f32_rel"], F32_RTOL)
         self.assertEqual(row["min_exact_m"], row["N"])
+
+
+class CheckCompileTest(absltest.TestCase):
+
+  def test_cpu_programs_compile_with_the_cpu_options_once(self):
+    made = []
+    real_jit = jax.jit
+
+    def spy_jit(fn, **kwargs):
+      made.append(kwargs)
+      return real_jit(fn, **kwargs)
+
+    with mock.patch.object(jax, "jit", spy_jit):
+      double = simulate._check_jit(static_argnames=("k",))(lambda x, k: k * x)
+      self.assertEqual(float(double(np.float32(2), k=3)), 6.0)
+      self.assertEqual(float(double(np.float32(1), k=2)), 2.0)
+    self.assertLen(made, 1)  # One jitted function per backend.
+    want = (
+        simulate.CPU_COMPILER_OPTIONS
+        if jax.default_backend() == "cpu"
+        else None
+    )
+    self.assertEqual(made[0]["compiler_options"], want)
+    self.assertEqual(made[0]["static_argnames"], ("k",))
 
 
 class TargetDrawTest(parameterized.TestCase):

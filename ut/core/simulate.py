@@ -34,6 +34,32 @@ from ut.errors import UserError
 
 DTYPES = ("float32", "float64")
 
+# A check runs a few inputs through programs that are large to compile and
+# quick to run: on CPU, XLA's LLVM backend at optimization level 0 compiles
+# them about twice as fast, and they run as fast (their time is in dot library
+# calls). `benchmarks/simulate_bench.py --baseline` times it.
+CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+
+
+def _check_jit(**jit_kwargs):
+  """`jax.jit` with CPU_COMPILER_OPTIONS on a CPU backend, XLA's defaults on
+  others (where the option would slow the kernels it compiles)."""
+
+  def wrap(fn):
+    jitted = {}
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+      backend = jax.default_backend()
+      if backend not in jitted:
+        options = CPU_COMPILER_OPTIONS if backend == "cpu" else None
+        jitted[backend] = jax.jit(fn, compiler_options=options, **jit_kwargs)
+      return jitted[backend](*args, **kwargs)
+
+    return call
+
+  return wrap
+
 
 def ut_apply(ut, program, x_BxTxD, *, num_layers, causal, residual):
   """UT(X, E): the structured path for a `SparseUT`, the dense forward otherwise."""
@@ -52,9 +78,7 @@ def ut_apply(ut, program, x_BxTxD, *, num_layers, causal, residual):
   )
 
 
-@functools.partial(
-    jax.jit, static_argnames=("num_layers", "causal", "residual")
-)
+@_check_jit(static_argnames=("num_layers", "causal", "residual"))
 def batched_ut(ut, programs, x_GxBxTxD, *, num_layers, causal, residual):
   """UT outputs for G programs at once: (G, B, T, O)."""
   fn = functools.partial(
@@ -63,7 +87,7 @@ def batched_ut(ut, programs, x_GxBxTxD, *, num_layers, causal, residual):
   return jax.vmap(fn)(programs, x_GxBxTxD)
 
 
-@jax.jit
+@_check_jit()
 def batched_target(targets, x_GxBxTxD):
   """Target outputs for G stacked targets: (G, B, T, O)."""
   return jax.vmap(targets_lib.apply)(targets, x_GxBxTxD)
@@ -167,7 +191,7 @@ def forward_padded(params, x_BxTxD, num_layers, scale, *, causal, residual):
   return x
 
 
-@functools.partial(jax.jit, static_argnames=("causal", "residual"))
+@_check_jit(static_argnames=("causal", "residual"))
 def batched_ut_padded(
     ut, programs, x_GxBxTxD, num_layers, scale, *, causal, residual
 ):
@@ -182,7 +206,7 @@ def batched_ut_padded(
   return jax.vmap(one)(programs, x_GxBxTxD)
 
 
-@functools.partial(jax.jit, static_argnames=("causal", "residual"))
+@_check_jit(static_argnames=("causal", "residual"))
 def batched_target_padded(
     params, x_GxBxTxD, num_layers, scale, *, causal, residual
 ):
