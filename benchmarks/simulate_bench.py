@@ -150,7 +150,7 @@ def main(argv):
         runs[name].append(run_once(tree, part))
   print(
       f"[{part}] cold compilation cache, median of {_REPEATS.value} "
-      f"fresh process(es):"
+      f"fresh process(es) (peak RSS: their max):"
   )
   results = {name: summary(r) for name, r in runs.items()}
   for name, r in results.items():

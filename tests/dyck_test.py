@@ -604,4 +604,3 @@ class TableBreakdownTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
-

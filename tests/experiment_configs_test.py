@@ -240,6 +240,8 @@ class CurvesTest(absltest.TestCase):
       self.assertEqual(legend.get_title().get_text(), setting)
       self.assertEqual([t.get_text() for t in legend.get_texts()], cells)
       self.assertGreater(legend.get_bbox_to_anchor().x0, ax.bbox.x1 - 1)
+    # Without a curve: one empty panel, as the notebooks may draw.
+    self.assertLen(plots.curves({"a seed=0": []}).axes, 1)
     # Colours restart in each panel: the first cell of each is C0.
     self.assertEqual(fig.axes[0].lines[0].get_color(), "C0")
     self.assertEqual(fig.axes[1].lines[0].get_color(), "C0")

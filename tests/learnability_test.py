@@ -177,8 +177,19 @@ class LearnabilityRunTest(absltest.TestCase):
         [(r["ut"], r["start"]) for r in partial["rows"]],
         [("sparse", "noise=0"), ("sparse", "noise=1")],
     )
+    # The random UT's rows have every seed's run on disk, the scratch rows none.
+    n = len(self.config.seeds)
+    self.assertEqual(
+        partial["pending_seeds_done"],
+        {"random noise=0": n, "random noise=1": n},
+    )
     with open(os.path.join(workdir, "learnability.md")) as f:
-      self.assertIn("Pending (not run yet): sparse scratch", f.read())
+      self.assertIn(
+          "Pending (not all seeds run yet): sparse scratch, random scratch, "
+          f"random noise=0 ({n} seeds finished), random noise=1 ({n} seeds "
+          "finished).",
+          f.read(),
+      )
     # Another configuration does not continue it, nor overwrite it.
     other = self.config.copy_and_resolve_references()
     other.noises = (0.0,)

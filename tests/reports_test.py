@@ -28,7 +28,6 @@ class WriteTest(absltest.TestCase):
     self.assertEqual(os.listdir(tmp), ["table.csv"])
 
 
-@pytest.mark.slow  # Starts git.
 class CellTest(absltest.TestCase):
 
   def test_mean_std_in_percent_std_only_where_defined(self):
@@ -39,6 +38,7 @@ class CellTest(absltest.TestCase):
     self.assertEqual(reports.mean_std(None, None), "")
 
 
+@pytest.mark.slow  # Starts git.
 class GitCommitTest(absltest.TestCase):
 
   def test_regenerated_results_are_not_dirty_code_is(self):

@@ -35,15 +35,18 @@ from ut.errors import UserError
 DTYPES = ("float32", "float64")
 
 # A check runs a few inputs through programs that are large to compile and
-# quick to run: on CPU, XLA's LLVM backend at optimization level 0 compiles
-# them about twice as fast, and they run as fast (their time is in dot library
-# calls). `benchmarks/simulate_bench.py --baseline` times it.
+# quick to run: on CPU, XLA's LLVM backend at optimization level 0 cuts their
+# compile time by about a third, for a run a little slower (most of it is in
+# dot library calls). `benchmarks/simulate_bench.py --baseline` times it.
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
 def _check_jit(**jit_kwargs):
-  """`jax.jit` with CPU_COMPILER_OPTIONS on a CPU backend, XLA's defaults on
-  others (where the option would slow the kernels it compiles)."""
+  """`jax.jit` with CPU_COMPILER_OPTIONS where the default backend is CPU,
+  XLA's defaults elsewhere (where the option would slow the kernels it
+  compiles). The default backend decides, not the inputs' devices: on a host
+  with an accelerator, checks placed on its CPU get the defaults (speed only;
+  the results are the same)."""
 
   def wrap(fn):
     jitted = {}

@@ -260,11 +260,18 @@ def run(config, workdir):
 def _write_report(config, workdir, paths, head, order, rows, runs, gflops):
   """learnability.{json,md,png} from the rows finished so far (in the
   table's order); the others are listed as pending."""
-  pending = [f"{c} {start_name(n)}" for c, n in order if (c, n) not in rows]
+  pending = [(c, n) for c, n in order if (c, n) not in rows]
+  name = lambda c, n: f"{c} {start_name(n)}"
+  # Pending rows some of whose seeds have finished: {row: seeds finished}.
+  done = {
+      name(c, n): sum(_finished(workdir, c, n, s) for s in config.seeds)
+      for c, n in pending
+  }
   result = dict(
       **head,
       rows=[rows[o] for o in order if o in rows],
-      pending=pending or None,
+      pending=[name(c, n) for c, n in pending] or None,
+      pending_seeds_done={row: k for row, k in done.items() if k},
       per_run=runs,
       dot_gflops=gflops,
       provenance=reports.provenance(config),
@@ -362,7 +369,14 @@ def markdown(result):
     )
   lines.append(reports.format_table(table, floatfmt="{:.3g}"))
   if result.get("pending"):
-    lines += ["", f"Pending (not run yet): {', '.join(result['pending'])}."]
+    done = result.get("pending_seeds_done") or {}
+    names = [
+        f"{p} ({done[p]} seed{'s' * (done[p] > 1)} finished)"
+        if p in done
+        else p
+        for p in result["pending"]
+    ]
+    lines += ["", f"Pending (not all seeds run yet): {', '.join(names)}."]
   total = sum(r["train_minutes"] for r in result["rows"])
   lines += [
       "",

@@ -306,7 +306,7 @@ def curves(runs, title="", threshold=0.99):
   beside it, so that no legend covers a curve.
   """
   cells = _ordered(label.split(" seed=")[0] for label in runs if runs[label])
-  settings = _ordered(_setting(cell) for cell in cells)
+  settings = _ordered(_setting(cell) for cell in cells) or [""]  # No curve.
   fig = figure.Figure(
       figsize=(9, 0.5 + 2.8 * len(settings)), layout="constrained"
   )
