@@ -10,8 +10,8 @@ Each run is a fresh process without JAX's persistent compilation cache (the
 launchers' UT_JAX_CACHE is never read), in float64 mode as `launch.simulate`
 and `launch.threshold` run: every program compiles, as from a fresh clone. A
 run reports the table time (the sum of the table's per-row `seconds`, or the
-threshold sweep's `wall_seconds`, or the scale run's build, compile and
-simulate-check as `benchmarks.sparse_bench --part=scale` times them), its XLA
+threshold sweep's `wall_seconds`, or the time of the tree's
+`benchmarks.sparse_bench --part=scale`: build, compile, simulate-check), its XLA
 compilations (count and seconds, from jax.monitoring), the process's wall time
 from before its imports, and its peak RSS. --baseline=REV runs the same
 config of `git archive REV` (extracted to a temporary folder; the working tree
@@ -46,8 +46,8 @@ _REPEATS = flags.DEFINE_integer(
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Runs in the tree being timed (its cwd), so that it works for older trees too:
-# it uses only run_table / threshold.run, the configs' defaults, and the
-# sparse UT's build, compile and check.
+# it uses only run_table / threshold.run, the configs' defaults, and
+# sparse_bench.bench_scale.
 _CHILD = r"""
 import time
 start = time.perf_counter()
@@ -71,24 +71,11 @@ elif part == "threshold":
   threshold.run(config_lib.get_config(), workdir)
   with open(os.path.join(workdir, "threshold.json")) as f:
     seconds = json.load(f)["wall_seconds"]
-else:  # As benchmarks/sparse_bench.py's scale part.
-  import numpy as np
-  from ut.core import compile as compile_lib
-  from ut.core import simulate
-  from ut.core import targets as targets_lib
-  from ut.core.constructions import sparse
+else:  # benchmarks/sparse_bench.py's scale part, as that tree has it.
+  from benchmarks import sparse_bench
   jax.config.update("jax_enable_x64", False)  # As sparse_bench runs it.
   t0 = time.perf_counter()
-  ut = sparse.make_sparse_ut(2, 10, 64)
-  target = targets_lib.init(
-      jax.random.PRNGKey(0), num_heads=2, num_layers=10, width=64
-  ).astype(np.float64)
-  program, _ = compile_lib.compile_sparse(ut, target)
-  x = np.random.default_rng(0).standard_normal((1, 2, 8, 64))
-  result = simulate.check(
-      ut, simulate.stack([program]), simulate.stack([target]), x
-  )
-  assert result["float64"]["max_abs_err"] < 1e-12, result["float64"]
+  sparse_bench.bench_scale()
   seconds = time.perf_counter() - t0
 print("RESULT " + json.dumps(dict(
     seconds=seconds, compiles=len(compiles), compile_seconds=sum(compiles),
