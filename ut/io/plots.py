@@ -346,9 +346,16 @@ def curves(runs, title="", threshold=0.99):
   return fig
 
 
+# The data settings that tell a sweep's cells apart beside the model: a cell
+# label names them (`run_curves`), and `curves` draws a panel for each value.
+_SETTINGS = ("k", "mix")
+
+
 def _setting(cell):
   """The task-setting words of a cell label ("k=2", "mix=za"), or ""."""
-  return " ".join(w for w in cell.split() if w.startswith(("k=", "mix=")))
+  return " ".join(
+      w for w in cell.split() if w.startswith(tuple(f"{k}=" for k in _SETTINGS))
+  )
 
 
 def run_curves(workdir, rows):
@@ -357,7 +364,7 @@ def run_curves(workdir, rows):
   out = {}
   for row in rows:
     data = json.loads(row["data"]) if row.get("data") else {}
-    where = " ".join(f"{k}={data[k]}" for k in ("k", "mix") if k in data)
+    where = " ".join(f"{k}={data[k]}" for k in _SETTINGS if k in data)
     cell = (
         f"{row['kind']} {row['variant']} m={row.get('width')} {where} "
         f"lr={row['lr']:g}"
