@@ -590,3 +590,34 @@ class DrawBenchTest(absltest.TestCase):
           (slow - 0.005) / (fast + 0.005) - 0.005,
           (slow + 0.005) / (fast - 0.005) + 0.005,
       )
+
+
+class SplitBenchTest(absltest.TestCase):
+
+  def test_times_both_steps_after_checking_they_agree(self):
+    proc = _python(
+        "-m",
+        "benchmarks.split_bench",
+        "--cases=khop_k3",
+        "--repeats=1",
+        "--steps=1",
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    self.assertIn("states equal after 2 steps", proc.stdout)
+    rows = re.findall(
+        r"^  (\w+) +([0-9.]+) +([0-9.]+) +([0-9.]+)$", proc.stdout, re.M
+    )
+    self.assertEqual([r[0] for r in rows], ["khop_k3"])
+    _, slow, fast, ratio = rows[0]
+    self.assertBetween(
+        float(ratio),
+        (float(slow) - 0.05) / (float(fast) + 0.05) - 0.005,
+        (float(slow) + 0.05) / (float(fast) - 0.05) + 0.005,
+    )
+
+  def test_unknown_case_is_one_line_error(self):
+    proc = _python("-m", "benchmarks.split_bench", "--cases=nope")
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn("unknown --cases ['nope']", proc.stderr)
+    self.assertNotIn("Traceback", proc.stderr)

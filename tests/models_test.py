@@ -606,12 +606,20 @@ class LastOnlyTest(parameterized.TestCase):
     )
     with jax.enable_x64(True):
       p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+      # The frozen maps one array per stack and head (what `train.make_step`
+      # passes the step), read by the same forward.
+      split = models.split_frozen(p64, spec, t)
+      self.assertTrue(cpu_forward.is_split(split["layers"]))
       for last_only in (False, True):
         want, want_grads = logits_and_grads(p64, ref_apply, last_only)
         self.assertGreater(np.abs(want_grads["embed"]["position"]).max(), 1e-6)
-        for apply in (models.apply, cpu_forward.apply_m_wide):
-          got, grads = logits_and_grads(p64, apply, last_only)
-          msg = f"{apply.__module__} last_only={last_only}"
+        for name, apply, p in (
+            ("stacked", models.apply, p64),
+            ("m_wide", cpu_forward.apply_m_wide, p64),
+            ("split", models.apply, split),
+        ):
+          got, grads = logits_and_grads(p, apply, last_only)
+          msg = f"{name} last_only={last_only}"
           np.testing.assert_allclose(
               got, want, atol=LAST_ONLY_TOL, rtol=LAST_ONLY_TOL, err_msg=msg
           )
@@ -631,6 +639,30 @@ class LastOnlyTest(parameterized.TestCase):
                 rtol=LAST_ONLY_TOL,
                 err_msg=f"{msg} {name}",
             )
+
+  def test_split_layers_hold_the_stacked_maps_and_serve_the_form_only(self):
+    spec = make_spec("random", "attn", num_layers=2, impl="xla_cpu")
+    params, tokens = make_inputs(spec, seed=3)
+    split = models.split_frozen(params, spec, T)["layers"]
+    for name in ("wq", "wk", "wv"):
+      stacked = np.asarray(params["layers"][name])
+      self.assertLen(split[name], stacked.shape[0])
+      for l, stack in enumerate(split[name]):
+        self.assertLen(stack, stacked.shape[1])
+        for h, w in enumerate(stack):
+          np.testing.assert_array_equal(w, stacked[l, h])
+    # Where the model does not read split layers, params pass unchanged.
+    for other in (
+        dataclasses.replace(spec, impl="reference"),
+        dataclasses.replace(spec, variant="res_ln"),
+        make_spec("trained", "attn", impl="xla_cpu"),
+    ):
+      self.assertFalse(models.splits_layers(other, T))
+      self.assertIs(models.split_frozen(params, other, T), params)
+    m_wide = dataclasses.replace(spec, m=4)  # Below the form's rule.
+    self.assertFalse(cpu_forward.coefficient_form(m_wide, T))
+    with self.assertRaisesRegex(ValueError, "coefficient form only"):
+      cpu_forward.apply(dict(params, layers=split), m_wide, tokens)
 
   def test_random_attn_coefficient_form_never_forms_an_m_wide_state(self):
     """At m = 256, large beside T and V, the two-layer UT's matmuls cost per

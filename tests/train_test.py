@@ -7,6 +7,7 @@ SIGKILL in the middle of a run followed by a resume.
 
 import csv
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -460,6 +461,38 @@ class TrainAndEvaluateTest(parameterized.TestCase):
         [c.kwargs["microbatches"] for c in sums.call_args_list],
         [] if parts is None else [parts],
     )
+
+  def test_step_reads_split_layers_as_the_plain_step_reads_stacked(self):
+    """`make_step` passes an attention-only random UT in its coefficient
+    form the frozen layers split (`models.split_frozen`): the same states as
+    the plain jitted `train_step`, split once while the state keeps its
+    buffers, and anew for another state."""
+    config = smoke_config(
+        task="khop", arg="model=random,variant=attn,k=2", batch_size=8
+    )
+    config.model.m = 64
+    task = data_lib.make_task(config)
+    spec = train.model_spec(config, task.info)
+    t = train.train_batch(config, task, 0)["tokens"].shape[1]
+    self.assertTrue(models.splits_layers(spec, t))  # impl auto on CPU.
+    state, tx, _ = train.init_state(config, spec)
+    plain = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx))
+    step = train.make_step(config, spec, tx)[0]
+    want = state
+    got = jax.tree.map(jnp.array, state)  # Its own buffers: it is donated.
+    with mock.patch.object(
+        models, "split_frozen", wraps=models.split_frozen
+    ) as split:
+      for i in range(3):
+        batch = train.train_batch(config, task, i)
+        want, want_metrics = plain(want, batch)
+        got, metrics = step(got, batch)
+        chex.assert_trees_all_close(metrics, want_metrics, rtol=1e-5)
+      self.assertEqual(split.call_count, 1)
+      chex.assert_trees_all_close(got.params, want.params, rtol=1e-5, atol=1e-6)
+      other, _, _ = train.init_state(config, spec)
+      step(other, train.train_batch(config, task, 0))
+      self.assertEqual(split.call_count, 2)
 
   @parameterized.named_parameters(
       ("zero", "0", r"config.cpu.microbatches='0'; use auto or a positive"),

@@ -40,7 +40,44 @@ def apply(params, spec, tokens_BxT, precision=None, last_only=False):
     return _random_attn_coefficients(
         params, spec, tokens_BxT, precision, last_only
     )
+  if is_split(params["layers"]):
+    raise ValueError(
+        "split layers (`split_layers`) serve the coefficient form only; "
+        "pass the stacked layers"
+    )
   return apply_m_wide(params, spec, tokens_BxT, precision, last_only)
+
+
+def split_layers(layers):
+  """The frozen maps wq, wk, wv of a random UT's layers as one array per
+  stack and head: a tuple (stacks) of tuples (heads), which the coefficient
+  form reads in place of the stacked (Lp, H, M, N) arrays.
+
+  XLA CPU copies a slice of a parameter before a dot reads it, so inside a
+  jitted step every `wv[layer][head]` of a stacked array is a fresh M x M
+  copy (33 MB at the learnability's M = 2880). Split once, outside the jit
+  (eagerly: each piece its own buffer), and passed in as arguments, the
+  pieces are read in place. Values and results are the same.
+  """
+  return {
+      name: tuple(tuple(jnp.array(w) for w in stack) for stack in layers[name])
+      for name in ("wq", "wk", "wv")
+  }
+
+
+def is_split(layers):
+  """Whether `layers` is `split_layers`' form."""
+  return isinstance(layers["wq"], tuple)
+
+
+def _layer_maps(layers, layer):
+  """(wq, wk, wv) of one layer, each a sequence over heads of (M, N) maps,
+  from stacked or `split_layers` layers; looped stacks (Lp == 1) serve every
+  layer."""
+  if is_split(layers):
+    idx = layer if len(layers["wq"]) > 1 else 0
+    return tuple(layers[name][idx] for name in ("wq", "wk", "wv"))
+  return transformer.layer_params(layers, layer)[:3]
 
 
 def coefficient_widths(spec, num_tokens):
@@ -217,7 +254,8 @@ def _random_attn_coefficients(
   so its tables are never M wide. Per string that is about T P (K H + T H)
   multiply-adds where the M-wide order spends about T M (M H + K H); what
   grows with M, the tables (about P M^2 H), is paid once a call.
-  `coefficient_form` says when it is used.
+  `coefficient_form` says when it is used. params["layers"] may be stacked
+  or `split_layers`' form.
   """
   b, s = tokens_BxT.shape
   tok_VxM = params["embed"]["token"]
@@ -245,17 +283,14 @@ def _random_attn_coefficients(
     )
 
   def from_tables(w_HxMxK):  # Layer 1: (E_tok w)[x] + (E_pos w)[t].
-    tok_VxHxK, pos_SxHxK = (
-        jnp.einsum("vm,hmk->vhk", tok_VxM, w_HxMxK, precision=precision),
-        jnp.einsum("sm,hmk->shk", pos_SxM, w_HxMxK, precision=precision),
-    )
+    tok_VxHxK, pos_SxHxK = rows(w_HxMxK, [tok_VxM]), rows(w_HxMxK, [pos_SxM])
     return project(onehot_BxSxV, tok_VxHxK) + pos_SxHxK.transpose(1, 0, 2)[None]
 
   tables = (pos_SxM, tok_VxM)  # R_0's rows: positions, then tokens.
   lhs_BxSxP = None
   for layer in range(spec.num_layers):
     last = layer == spec.num_layers - 1
-    wq, wk, wv, _ = transformer.layer_params(params["layers"], layer)
+    wq, wk, wv = _layer_maps(params["layers"], layer)
     if layer == 0:
       q_BxHxSxK, k_BxHxSxK = from_tables(wq), from_tables(wk)
     else:
@@ -286,9 +321,9 @@ def _random_attn_coefficients(
           "bhts,bsp->bthp", a_BxHxQxS, lhs_BxSxP, precision=precision
       )
     if last:
-      vu_HxMxC = jnp.einsum(
-          "hmn,nc->hmc", wv, params["unembed"], precision=precision
-      )
+      vu_HxMxC = [
+          jnp.dot(w, params["unembed"], precision=precision) for w in wv
+      ]
       ru_PxHxC = rows(vu_HxMxC, tables)
       return jnp.einsum(
           "bthp,phc->btc", mixed_BxQxHxP, ru_PxHxC, precision=precision

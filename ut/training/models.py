@@ -246,6 +246,24 @@ def resolve_impl(impl):
   return impl
 
 
+def splits_layers(spec, num_tokens):
+  """Whether `split_frozen` splits this model's layers for strings of
+  num_tokens: the attention-only random UT in its coefficient form
+  (`ut.cpu.forward.coefficient_form`) under impl xla_cpu."""
+  return resolve_impl(spec.impl) == "xla_cpu" and cpu_forward.coefficient_form(
+      spec, num_tokens
+  )
+
+
+def split_frozen(params, spec, num_tokens):
+  """params whose frozen layers `apply` reads in place inside a jit
+  (`ut.cpu.forward.split_layers`) where `splits_layers`; else params. Call
+  it outside the jit; the result serves strings of num_tokens only."""
+  if not splits_layers(spec, num_tokens):
+    return params
+  return dict(params, layers=cpu_forward.split_layers(params["layers"]))
+
+
 def layer_norm(z, eps=1e-5):
   """Parameter-free LayerNorm over the last axis."""
   mean = z.mean(axis=-1, keepdims=True)

@@ -230,12 +230,21 @@ def _split(batch, n):
   )
 
 
-def train_step(state, batch, *, spec, tx, microbatches=None):
+def _forward_params(params, spec, layers):
+  """What the forward reads: params with frozen gradients stopped, and with
+  `layers` (`models.split_frozen`'s) in place of params['layers'] if given."""
+  params = _stop_frozen_gradients(params, spec)
+  return params if layers is None else dict(params, layers=layers)
+
+
+def train_step(state, batch, *, spec, tx, microbatches=None, layers=None):
   """One optimizer step; returns the new state and the step's metrics.
 
   With microbatches > 1 the batch is split into that many equal parts whose
   loss sums and gradients a `lax.scan` adds up: the same step up to float
-  rounding, in less memory. None: `default_microbatches`.
+  rounding, in less memory. None: `default_microbatches`. layers: the frozen
+  layers as `models.split_frozen` splits them, which the forward reads in
+  place of state.params['layers'] (the same values; `make_step` passes them).
   """
   b, t = batch["tokens"].shape
   n = microbatches or default_microbatches(b, t, spec)
@@ -244,24 +253,27 @@ def train_step(state, batch, *, spec, tx, microbatches=None):
   if n == 1:
     grad_fn = jax.value_and_grad(
         lambda p: loss_and_metrics(
-            _stop_frozen_gradients(p, spec), spec, batch
+            _forward_params(p, spec, layers), spec, batch
         ),
         has_aux=True,
     )
     (_, metrics), grads = grad_fn(state.params)
     return apply_gradients(state, grads, metrics, tx)
   return apply_gradient_sums(
-      state, grad_sums(state.params, batch, spec=spec, microbatches=n), tx
+      state,
+      grad_sums(state.params, batch, spec=spec, microbatches=n, layers=layers),
+      tx,
   )
 
 
-def grad_sums(params, batch, *, spec, microbatches):
+def grad_sums(params, batch, *, spec, microbatches, layers=None):
   """((cross-entropy sum, metrics), its gradient) over the batch, summed over
   `microbatches` equal parts by a `lax.scan`; metrics['labelled'] counts the
-  labelled positions. Sums add up across parts, and across devices."""
+  labelled positions. Sums add up across parts, and across devices. layers:
+  as in `train_step`."""
   grad_fn = jax.value_and_grad(
       lambda p, part: loss_and_metrics(
-          _stop_frozen_gradients(p, spec), spec, part, mean=False
+          _forward_params(p, spec, layers), spec, part, mean=False
       ),
       has_aux=True,
   )
@@ -421,15 +433,12 @@ def make_step(config, spec, tx):
           cores,
           cores,
       )
-    return (
-        jax.jit(
-            functools.partial(train_step, spec=spec, tx=tx, microbatches=parts),
-            donate_argnums=0,
-            **options,
-        ),
-        lambda s: s,
-        lambda b: b,
+    step = jax.jit(
+        functools.partial(train_step, spec=spec, tx=tx, microbatches=parts),
+        donate_argnums=0,
+        **options,
     )
+    return _SplitLayersStep(step, spec), lambda s: s, lambda b: b
   check_data_parallel(config)
   mesh = batch_mesh()
   logging.info(
@@ -447,6 +456,33 @@ def make_step(config, spec, tx):
       lambda s: jax.device_put(s, copies),
       lambda b: jax.device_put(b, rows),
   )
+
+
+class _SplitLayersStep:
+  """A jitted `train_step` that passes it the frozen layers split
+  (`models.split_frozen`) where the model reads them so: a slice of a stacked
+  parameter is copied inside the jit (the learnability's random UT, M = 2880:
+  the step 1.5x faster split, docs/performance.md).
+
+  The split is made once and kept while the state's frozen layers stay in
+  the same buffer: the step never changes them, and with the state donated
+  its output reuses the input's buffers. A state in other buffers (another
+  run's, a restore) is split anew."""
+
+  def __init__(self, step, spec):
+    self._step, self._spec = step, spec
+    self._key = self._layers = None
+
+  def __call__(self, state, batch):
+    t = batch["tokens"].shape[1]
+    if not models.splits_layers(self._spec, t):
+      return self._step(state, batch)
+    key = (t, state.params["layers"]["wv"].unsafe_buffer_pointer())
+    if key != self._key:
+      self._key = None  # Never keep a split whose state is gone.
+      self._layers = models.split_frozen(state.params, self._spec, t)["layers"]
+      self._key = key
+    return self._step(state, batch, layers=self._layers)
 
 
 def batch_mesh():
@@ -524,7 +560,12 @@ def held_out_metrics(params, spec, eval_batches, mesh=None):
   its devices divide is split over them (`data_parallel_eval_step`)."""
   correct = count = 0
   loss_sum = 0.0
+  split = {}  # Tokens per string -> params with split layers (`make_step`).
   for batch in eval_batches:
+    t = batch["tokens"].shape[1]
+    if mesh is None and t not in split:
+      split[t] = models.split_frozen(params, spec, t)
+    p = params if mesh is not None else split[t]
     if mesh is not None and len(batch["tokens"]) % mesh.size == 0:
       m = jax.device_get(
           data_parallel_eval_step(spec, mesh)(
@@ -534,7 +575,7 @@ def held_out_metrics(params, spec, eval_batches, mesh=None):
     else:
       m = jax.device_get(
           eval_step(
-              params,
+              p,
               batch,
               spec=spec,
               microbatches=(default_microbatches(*batch["tokens"].shape, spec)),
