@@ -15,7 +15,8 @@ ratio:   forward + gradient w.r.t. E of the sparse UT at H=2, L=4, d=16 (m=976),
          matmuls use every core on one device.
 scale:   H=2, L=10, d=64 (m=261,952; a dense R_V would need ~275 GB): build,
          compile and simulate-check on a few inputs, with peak memory (run in a
-         fresh subprocess so that its peak RSS is its own).
+         fresh subprocess so that its peak RSS is its own), with NumPy's huge
+         pages set as the launchers set them on CPU (configs/cpu.py).
 compile: random-UT compile time (building A, least squares, cond) for N of a
          few thousand.
 """
@@ -40,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from configs import cpu as cpu_config
 from ut.core import bounds
 from ut.core import compile as compile_lib
 from ut.core import simulate
@@ -47,6 +49,7 @@ from ut.core import targets as targets_lib
 from ut.core import transformer
 from ut.core.constructions import gaussian
 from ut.core.constructions import sparse
+from ut.cpu import host
 
 _PART = flags.DEFINE_enum(
     "part",
@@ -177,7 +180,13 @@ def bench_ratio(repeats):
     print(line)
 
 
-def bench_scale():
+def bench_scale(numpy_hugepages=None):
+  """The scale run; numpy_hugepages: NumPy's huge-page setting
+  (`ut.cpu.host.numpy_hugepages`), None for configs/cpu.py's, as the
+  launchers set it on CPU."""
+  if numpy_hugepages is None:
+    numpy_hugepages = cpu_config.get_config().numpy_hugepages
+  host.numpy_hugepages(numpy_hugepages)
   h, num_layers, d, batch, n = 2, 10, 64, 2, 8
   t0 = time.perf_counter()
   ut = sparse.make_sparse_ut(h, num_layers, d)

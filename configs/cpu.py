@@ -7,8 +7,8 @@ r"""The CPU host's settings: one overlay, added as `config.cpu` on CPU only.
 it parses --config, so that --config.cpu.* overrides work) and keeps it when
 JAX runs on its CPU backend; on GPU or TPU it removes it, and none of these
 settings exists or runs there (a --config.cpu.* override there is an error).
-Every launcher tunes malloc on CPU with `tune_malloc` (this file's value, or
-the --config's). The mechanisms are in ut/cpu/host.py. A run resumes with other
+Every launcher tunes malloc on CPU with `tune_malloc` and sets NumPy's huge
+pages with `numpy_hugepages` (this file's values, or the --config's). The mechanisms are in ut/cpu/host.py. A run resumes with other
 host settings: a workdir's config is compared without this section
 (ut.training.train.stored_config). Expected: the same results as without the
 overlay, bit for bit (these are today's defaults on CPU).
@@ -24,6 +24,10 @@ def get_config():
           # glibc keeps XLA's per-step buffers in one heap (ut.cpu.host.tune_malloc;
           # process-wide, applied by launch.cli before JAX starts).
           tune_malloc=True,
+          # NumPy's large arrays in transparent huge pages (madvise): off, since
+          # on this 2-core VM a fresh 134 MB array faulted in 10x slower so
+          # (ut.cpu.host.numpy_hugepages; benchmarks/hugepage_bench.py).
+          numpy_hugepages=False,
           # False: XLA CPU without its YNNPACK fusions (ut.cpu.host.compiler_options).
           ynn_fusions=True,
           # Parts of each training step's batch (of each device's share when data

@@ -138,17 +138,23 @@ def hardware_overlay(config):
 def tune_host(flag_values=flags.FLAGS):
   """Process-wide settings before JAX starts its backend, on CPU only: glibc
   malloc tuning (`ut.cpu.host.tune_malloc`) when the launcher's --config has
-  cpu.tune_malloc set, or, without a `cpu` section, configs/cpu.py does.
-  Returns whether it tuned malloc."""
+  cpu.tune_malloc set, and NumPy's huge pages as cpu.numpy_hugepages says
+  (`ut.cpu.host.numpy_hugepages`); without a `cpu` section, as configs/cpu.py
+  says. Returns whether it tuned malloc."""
   config = flag_values["config"].value if "config" in flag_values else None
   section = (
       config.get("cpu")
       if isinstance(config, ml_collections.ConfigDict)
       else None
   ) or cpu_config.get_config()
-  return bool(
-      section.tune_malloc and host.cpu_expected() and host.tune_malloc()
+  if not host.cpu_expected():
+    return False
+  # Configs saved before the field existed: configs/cpu.py's value.
+  hugepages = section.get(
+      "numpy_hugepages", cpu_config.get_config().numpy_hugepages
   )
+  host.numpy_hugepages(hugepages)
+  return bool(section.tune_malloc and host.tune_malloc())
 
 
 def run(main):

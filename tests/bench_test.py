@@ -621,3 +621,27 @@ class SplitBenchTest(absltest.TestCase):
     self.assertNotEqual(proc.returncode, 0)
     self.assertIn("unknown --cases ['nope']", proc.stderr)
     self.assertNotIn("Traceback", proc.stderr)
+
+
+class HugepageBenchTest(absltest.TestCase):
+
+  def test_times_fresh_arrays_with_huge_pages_on_and_off(self):
+    proc = _python(
+        "-m",
+        "benchmarks.hugepage_bench",
+        "--mb=8",
+        "--repeats=1",
+        "--processes=0",
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    rows = dict(
+        (s, (float(t), float(f)))
+        for s, t, f in re.findall(
+            r"^    (on|off) +([0-9.]+) +([0-9.]+)$", proc.stdout, re.M
+        )
+    )
+    self.assertEqual(set(rows), {"on", "off"}, proc.stdout)
+    # 4 KiB pages: about one fault per page of the 8 MB array.
+    self.assertGreater(rows["off"][1], 0.9 * 8 * 2**20 / 4096)
+    self.assertIn("THP enabled:", proc.stdout)

@@ -425,6 +425,34 @@ class HostSettingsTest(parameterized.TestCase):
       self.assertFalse(cli.tune_host(flag_values))
       tune.assert_not_called()
 
+  def test_numpy_hugepages_follow_the_config_on_cpu_only(self):
+    for flags_, cpu, calls in (
+        ((), False, []),
+        ((), True, [False]),  # configs/cpu.py's value.
+        (("--config.cpu.numpy_hugepages=True",), True, [True]),
+    ):
+      _, flag_values = self.parse(*flags_)
+      with (
+          mock.patch.object(host, "cpu_expected", return_value=cpu),
+          mock.patch.object(host, "tune_malloc", return_value=True),
+          mock.patch.object(host, "numpy_hugepages") as hugepages,
+      ):
+        cli.tune_host(flag_values)
+      self.assertEqual(
+          [c.args[0] for c in hugepages.call_args_list], calls, flags_
+      )
+
+  def test_numpy_hugepages_switch_returns_the_previous_setting(self):
+    before = host.numpy_hugepages(True)
+    if before is None:
+      self.skipTest("this NumPy has no madvise hugepage switch")
+    try:
+      self.assertTrue(host.numpy_hugepages(False))
+      self.assertFalse(host.numpy_hugepages(False))
+      self.assertFalse(host.numpy_hugepages(True))
+    finally:
+      host.numpy_hugepages(before)
+
   def test_cpu_expected_without_starting_a_backend(self):
     self.assertTrue(host.cpu_expected("cpu"))
     self.assertFalse(host.cpu_expected("cuda,cpu"))

@@ -5,6 +5,7 @@ as `config.cpu` when JAX runs on its CPU backend (launch/cli.py); off CPU none
 of this runs:
 
 - `tune_malloc`: glibc keeps XLA's per-step buffers in one heap;
+- `numpy_hugepages`: whether NumPy asks for transparent huge pages;
 - `compiler_options`: XLA CPU with or without its YNNPACK fusions;
 - `microbatches`: how many parts a training step splits its batch into, so
   that a part's activations stay in the caches.
@@ -19,6 +20,7 @@ import importlib.util
 import os
 
 import jax
+import numpy as np
 
 # Activation elements per microbatch, by model kind: see `microbatches`. The
 # random UT's budget is RANDOM_BUDGET_PER_M2 x m^2: each part recomputes its
@@ -78,6 +80,24 @@ def tune_malloc():
     )  # M_TRIM_THRESHOLD: keep 1 GiB.
   except (OSError, AttributeError):
     return False
+
+
+def numpy_hugepages(enabled):
+  """Sets whether NumPy asks the kernel for transparent huge pages
+  (madvise(MADV_HUGEPAGE)) for the arrays it allocates from now on; returns
+  the previous setting, or None where this NumPy has no such switch.
+
+  NumPy asks by default on Linux 4.6 and later (NUMPY_MADVISE_HUGEPAGE,
+  read at import, sets the start value). Where the kernel compacts memory
+  on such a fault (transparent_hugepage/defrag "madvise"), a fresh large
+  array can fault in ten times slower than in 4 KiB pages: on this project's
+  2-core VM 1.0-1.4 s against 0.1 s for 134 MB (benchmarks/hugepage_bench.py).
+  """
+  multiarray = getattr(getattr(np, "_core", None), "multiarray", None)
+  toggle = getattr(multiarray, "_set_madvise_hugepage", None)
+  if toggle is None:
+    return None
+  return bool(toggle(bool(enabled)))
 
 
 def compiler_options(settings):
