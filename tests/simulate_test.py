@@ -470,5 +470,20 @@ class TargetApplyTest(parameterized.TestCase):
       compile_lib.compile_sparse(sparse.make_sparse_ut(2, 2, 2), target)
 
 
+class StackTest(absltest.TestCase):
+
+  def test_one_tree_is_a_read_only_view_and_several_are_stacked(self):
+    rng = np.random.default_rng(0)
+    trees = [dict(e=rng.normal(size=(3, 5)), n=np.int32(i)) for i in range(2)]
+    one = simulate.stack(trees[:1])
+    np.testing.assert_array_equal(one["e"], np.stack([trees[0]["e"]]))
+    np.testing.assert_array_equal(one["n"], [0])
+    self.assertTrue(np.shares_memory(one["e"], trees[0]["e"]))
+    self.assertFalse(one["e"].flags.writeable)
+    two = simulate.stack(trees)
+    np.testing.assert_array_equal(two["e"], np.stack([t["e"] for t in trees]))
+    np.testing.assert_array_equal(two["n"], [0, 1])
+
+
 if __name__ == "__main__":
   absltest.main()

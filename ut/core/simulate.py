@@ -115,8 +115,18 @@ def errors(y, ref):
 
 
 def stack(trees):
-  """Stacks a list of equal-structure pytrees along a new leading axis."""
+  """Stacks a list of equal-structure pytrees along a new leading axis. One
+  tree is not copied: its leaves get a leading axis of 1 as read-only views
+  (the scale run's E is 134 MB)."""
+  if len(trees) == 1:
+    return jax.tree.map(_leading_view, trees[0])
   return jax.tree.map(lambda *a: np.stack(a), *trees)
+
+
+def _leading_view(a):
+  view = np.asarray(a)[None]
+  view.flags.writeable = False
+  return view
 
 
 class Padding(NamedTuple):
