@@ -8,8 +8,9 @@ it parses --config, so that --config.cpu.* overrides work) and keeps it when
 JAX runs on its CPU backend; on GPU or TPU it removes it, and none of these
 settings exists or runs there (a --config.cpu.* override there is an error).
 Every launcher tunes malloc on CPU with `tune_malloc` and sets NumPy's huge
-pages with `numpy_hugepages` (this file's values, or the --config's). The mechanisms are in ut/cpu/host.py. A run resumes with other
-host settings: a workdir's config is compared without this section
+pages with `numpy_hugepages` (this file's values, or the --config's). The
+mechanisms are in ut/cpu/host.py. A run resumes with other host settings: a
+workdir's config is compared without this section
 (ut.training.train.stored_config). Expected: the same results as without the
 overlay, bit for bit (these are today's defaults on CPU).
 """
@@ -25,8 +26,8 @@ def get_config():
           # process-wide, applied by launch.cli before JAX starts).
           tune_malloc=True,
           # NumPy's large arrays in transparent huge pages (madvise): off, since
-          # on this 2-core VM a fresh 134 MB array faulted in 10x slower so
-          # (ut.cpu.host.numpy_hugepages; benchmarks/hugepage_bench.py).
+          # on this 2-core VM the scale run took 1.28x longer as a process with
+          # them (ut.cpu.host.numpy_hugepages; results/bench/hugepage_bench.md).
           numpy_hugepages=False,
           # False: XLA CPU without its YNNPACK fusions (ut.cpu.host.compiler_options).
           ynn_fusions=True,

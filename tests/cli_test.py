@@ -413,6 +413,7 @@ class HostSettingsTest(parameterized.TestCase):
       with (
           mock.patch.object(host, "cpu_expected", return_value=cpu),
           mock.patch.object(host, "tune_malloc", return_value=True) as tune,
+          mock.patch.object(host, "numpy_hugepages"),
       ):
         self.assertEqual(cli.tune_host(flag_values), bool(calls))
         self.assertEqual(tune.call_count, calls)
@@ -421,6 +422,7 @@ class HostSettingsTest(parameterized.TestCase):
     with (
         mock.patch.object(host, "cpu_expected", return_value=True),
         mock.patch.object(host, "tune_malloc", return_value=True) as tune,
+        mock.patch.object(host, "numpy_hugepages"),
     ):
       self.assertFalse(cli.tune_host(flag_values))
       tune.assert_not_called()
@@ -441,6 +443,17 @@ class HostSettingsTest(parameterized.TestCase):
       self.assertEqual(
           [c.args[0] for c in hugepages.call_args_list], calls, flags_
       )
+    # A `cpu` section saved before the field existed: configs/cpu.py's value.
+    _, flag_values = self.parse()
+    with flag_values["config"].value.unlocked():
+      del flag_values["config"].value.cpu["numpy_hugepages"]
+    with (
+        mock.patch.object(host, "cpu_expected", return_value=True),
+        mock.patch.object(host, "tune_malloc", return_value=True),
+        mock.patch.object(host, "numpy_hugepages") as hugepages,
+    ):
+      cli.tune_host(flag_values)
+    hugepages.assert_called_once_with(False)
 
   def test_numpy_hugepages_switch_returns_the_previous_setting(self):
     before = host.numpy_hugepages(True)

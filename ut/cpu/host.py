@@ -88,10 +88,9 @@ def numpy_hugepages(enabled):
   the previous setting, or None where this NumPy has no such switch.
 
   NumPy asks by default on Linux 4.6 and later (NUMPY_MADVISE_HUGEPAGE,
-  read at import, sets the start value). Where the kernel compacts memory
-  on such a fault (transparent_hugepage/defrag "madvise"), a fresh large
-  array can fault in ten times slower than in 4 KiB pages: on this project's
-  2-core VM 1.0-1.4 s against 0.1 s for 134 MB (benchmarks/hugepage_bench.py).
+  read at import, sets the start value). On a VM whose host backs guest
+  memory at its first touch, a fresh large array in huge pages can fault in
+  far slower than in 4 KiB pages (benchmarks/hugepage_bench.py times both).
   """
   multiarray = getattr(getattr(np, "_core", None), "multiarray", None)
   toggle = getattr(multiarray, "_set_madvise_hugepage", None)

@@ -460,29 +460,29 @@ def make_step(config, spec, tx):
 
 class _SplitLayersStep:
   """A jitted `train_step` that passes it the frozen layers split
-  (`models.split_frozen`) where the model reads them so: a slice of a stacked
-  parameter is copied inside the jit (the learnability's random UT, M = 2880:
-  the step 1.5x faster split, docs/performance.md).
+  (`models.split_frozen`) where the model reads them so: XLA CPU copies a
+  slice of a stacked parameter inside the jit (benchmarks/split_bench.py).
 
-  The split is made once and kept while the state's frozen layers stay in
-  the same buffer: the step never changes them, and with the state donated
-  its output reuses the input's buffers. A state in other buffers (another
-  run's, a restore) is split anew."""
+  The split is made from the first state and kept for the states this step
+  returns: the step never changes the frozen layers (the optimizer zeroes
+  their updates). Any other state (a restore, another run's) is split anew.
+  """
 
   def __init__(self, step, spec):
     self._step, self._spec = step, spec
-    self._key = self._layers = None
+    self._layers = self._t = self._returned = None
 
   def __call__(self, state, batch):
     t = batch["tokens"].shape[1]
     if not models.splits_layers(self._spec, t):
       return self._step(state, batch)
-    key = (t, state.params["layers"]["wv"].unsafe_buffer_pointer())
-    if key != self._key:
-      self._key = None  # Never keep a split whose state is gone.
+    wv = state.params["layers"]["wv"]
+    if wv is not self._returned or t != self._t:
       self._layers = models.split_frozen(state.params, self._spec, t)["layers"]
-      self._key = key
-    return self._step(state, batch, layers=self._layers)
+      self._t = t
+    state, metrics = self._step(state, batch, layers=self._layers)
+    self._returned = state.params["layers"]["wv"]
+    return state, metrics
 
 
 def batch_mesh():
@@ -560,7 +560,9 @@ def held_out_metrics(params, spec, eval_batches, mesh=None):
   its devices divide is split over them (`data_parallel_eval_step`)."""
   correct = count = 0
   loss_sum = 0.0
-  split = {}  # Tokens per string -> params with split layers (`make_step`).
+  # Tokens per string -> params with split layers (`make_step`); a copy of
+  # the frozen maps per call, beside the held-out set's many forwards.
+  split = {}
   for batch in eval_batches:
     t = batch["tokens"].shape[1]
     if mesh is None and t not in split:
