@@ -75,8 +75,9 @@ def spread(results):
   )
 
 
-def report(workdir, rows):
-  """machines.json and machines.md from the finished runs of each row."""
+def report(workdir, rows, cost=""):
+  """machines.json and machines.md from the finished runs of each row; cost:
+  a line under the table (`ut.experiments.sweep.cost_note`)."""
   from ut.io import reports  # pylint: disable=g-import-not-at-top
 
   out = []
@@ -109,4 +110,7 @@ def report(workdir, rows):
           for c in out
       ]
   )
-  reports.write_text(os.path.join(workdir, "machines.md"), table + "\n")
+  reports.write_text(
+      os.path.join(workdir, "machines.md"),
+      table + (f"\n\n{cost}" if cost else "") + "\n",
+  )

@@ -82,10 +82,11 @@ def sweep(add, arg=None):
     add(run + (",smoke" if args["smoke"] else ""), **overrides)
 
 
-def report(workdir, rows):
+def report(workdir, rows, cost=""):
   """width.{json,md,png}: accuracy and successes against m / N. The accuracy
   is on the test set where the runs have one (validation otherwise); a seed
-  succeeds at >= 99% on validation, as in the tables."""
+  succeeds at >= 99% on validation, as in the tables. cost: a line under the
+  table (`ut.experiments.sweep.cost_note`)."""
   from ut.io import plots  # pylint: disable=g-import-not-at-top
   from ut.io import reports  # pylint: disable=g-import-not-at-top
 
@@ -128,6 +129,7 @@ def report(workdir, rows):
       for p in points
   ]
   reports.write_text(
-      os.path.join(workdir, "width.md"), reports.format_table(table) + "\n"
+      os.path.join(workdir, "width.md"),
+      reports.format_table(table) + (f"\n\n{cost}" if cost else "") + "\n",
   )
   plots.against_width(points).savefig(os.path.join(workdir, "width.png"))

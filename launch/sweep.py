@@ -141,8 +141,9 @@ def main(argv):
     return
   print(sweep.markdown_table(rows))
   module = sweep.load_config_module(_CONFIG.value)
-  if hasattr(module, "PAPER"):
+  if hasattr(module, "PAPER") or hasattr(module, "report"):
     gflops = roofline.rate(roofline.make())[0] / 1e9
+  if hasattr(module, "PAPER"):
     reports.write_text(
         os.path.join(_WORKDIR.value, "paper.md"),
         plots.beside_paper(rows, module.PAPER, module.PANEL)
@@ -156,7 +157,7 @@ def main(argv):
         os.path.join(_WORKDIR.value, "curves.png"), dpi=120
     )
   if hasattr(module, "report"):  # The config's own figures (configs/width.py).
-    module.report(_WORKDIR.value, rows)
+    module.report(_WORKDIR.value, rows, cost=sweep.cost_note(rows, gflops))
   print(f"wrote {_WORKDIR.value}/table.csv, .json and .md")
 
 

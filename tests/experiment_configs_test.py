@@ -59,7 +59,7 @@ class WidthTest(absltest.TestCase):
         # sweep.aggregate gives NaN where the runs have no test accuracy.
         for w, a, t, s in ((100, 0.5, math.nan, 0), (800, 0.995, 0.991, 3))
     ]
-    width.report(workdir, rows)
+    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
     with open(os.path.join(workdir, "width.json")) as f:
       points = json.load(f)["points"]
     self.assertEqual([p["ratio"] for p in points], [100 / 800, 1.0])
@@ -73,6 +73,7 @@ class WidthTest(absltest.TestCase):
     self.assertEqual(
         cells, ["khop1", "800", "800", "1", "test", "99.10 ± 2.00", "3/3"]
     )
+    self.assertEqual(lines[-1], "Training: 1.0 core-hours.")
     self.assertGreater(os.path.getsize(os.path.join(workdir, "width.png")), 0)
 
 

@@ -63,10 +63,10 @@ def markdown(choices, params):
   return reports.format_table(out)
 
 
-def report(workdir, rows):
+def report(workdir, rows, cost=""):
   """selection.md and selection.json in a selection sweep's workdir: per cell
   (kind, variant, data, and model width), the lr, schedule and embed_scale
-  chosen."""
+  chosen; cost: a line under the table (`sweep.cost_note`)."""
   for row in rows:  # Read embed_scale and the schedule from a run's config.
     name = row["runs"].split(";")[0]
     with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
@@ -81,7 +81,8 @@ def report(workdir, rows):
       embed_scale=lambda r: r["embed_scale"],
   )
   reports.write_text(
-      os.path.join(workdir, "selection.md"), markdown(choices, params) + "\n"
+      os.path.join(workdir, "selection.md"),
+      markdown(choices, params) + (f"\n\n{cost}" if cost else "") + "\n",
   )
   reports.write_json(
       os.path.join(workdir, "selection.json"),
