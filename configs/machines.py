@@ -110,7 +110,4 @@ def report(workdir, rows, cost=""):
           for c in out
       ]
   )
-  reports.write_text(
-      os.path.join(workdir, "machines.md"),
-      table + (f"\n\n{cost}" if cost else "") + "\n",
-  )
+  reports.write_markdown(os.path.join(workdir, "machines.md"), table, cost)

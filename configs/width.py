@@ -128,8 +128,7 @@ def report(workdir, rows, cost=""):
       }
       for p in points
   ]
-  reports.write_text(
-      os.path.join(workdir, "width.md"),
-      reports.format_table(table) + (f"\n\n{cost}" if cost else "") + "\n",
+  reports.write_markdown(
+      os.path.join(workdir, "width.md"), reports.format_table(table), cost
   )
   plots.against_width(points).savefig(os.path.join(workdir, "width.png"))

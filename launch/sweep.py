@@ -144,12 +144,10 @@ def main(argv):
   if hasattr(module, "PAPER") or hasattr(module, "report"):
     gflops = roofline.rate(roofline.make())[0] / 1e9
   if hasattr(module, "PAPER"):
-    reports.write_text(
+    reports.write_markdown(
         os.path.join(_WORKDIR.value, "paper.md"),
-        plots.beside_paper(rows, module.PAPER, module.PANEL)
-        + "\n\n"
-        + sweep.cost_note(rows, gflops)
-        + "\n",
+        plots.beside_paper(rows, module.PAPER, module.PANEL),
+        sweep.cost_note(rows, gflops),
     )
   runs = plots.run_curves(_WORKDIR.value, rows)
   if runs:  # Every run's validation curve, on a log step axis.

@@ -27,6 +27,15 @@ class WriteTest(absltest.TestCase):
       self.assertEqual(f.read(), "kept\n")
     self.assertEqual(os.listdir(tmp), ["table.csv"])
 
+  def test_markdown_blocks_are_separated_and_empty_ones_dropped(self):
+    path = os.path.join(self.create_tempdir().full_path, "t.md")
+    reports.write_markdown(path, "| a |", "", "Training: 1 core-hour.")
+    with open(path) as f:
+      self.assertEqual(f.read(), "| a |\n\nTraining: 1 core-hour.\n")
+    reports.write_markdown(path, "| a |", "")
+    with open(path) as f:
+      self.assertEqual(f.read(), "| a |\n")
+
 
 class CellTest(absltest.TestCase):
 

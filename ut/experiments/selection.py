@@ -80,9 +80,8 @@ def report(workdir, rows, cost=""):
       schedule=lambda r: r["schedule"],
       embed_scale=lambda r: r["embed_scale"],
   )
-  reports.write_text(
-      os.path.join(workdir, "selection.md"),
-      markdown(choices, params) + (f"\n\n{cost}" if cost else "") + "\n",
+  reports.write_markdown(
+      os.path.join(workdir, "selection.md"), markdown(choices, params), cost
   )
   reports.write_json(
       os.path.join(workdir, "selection.json"),

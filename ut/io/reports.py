@@ -145,6 +145,12 @@ def write_text(path, text):
     f.write(text)
 
 
+def write_markdown(path, *blocks):
+  """Writes the non-empty blocks (a table, a note under it) atomically, a
+  blank line between them."""
+  write_text(path, "\n\n".join(b for b in blocks if b) + "\n")
+
+
 def format_table(rows, floatfmt="{:.3g}"):
   """A plain-text table of flat dicts for the terminal (and markdown)."""
   cols = list(rows[0])
