@@ -465,8 +465,8 @@ class TrainAndEvaluateTest(parameterized.TestCase):
   def test_step_reads_split_layers_as_the_plain_step_reads_stacked(self):
     """`make_step` passes an attention-only random UT in its coefficient
     form the frozen layers split (`models.split_frozen`): the same states as
-    the plain jitted `train_step`, split once while the state keeps its
-    buffers, and anew for another state."""
+    the plain jitted `train_step`, split once for the states it returns, and
+    anew for another state."""
     config = smoke_config(
         task="khop", arg="model=random,variant=attn,k=2", batch_size=8
     )
