@@ -565,6 +565,22 @@ class SparseBenchTest(absltest.TestCase):
     self.assertLen(re.findall(r"structured_split [0-9.]+ ms", proc.stdout), 2)
 
 
+def _assert_ratio_rows(test, stdout, names, *, rounding):
+  """The printed rows `  name slow fast ratio` are `names`, and each ratio
+  (printed to 2 decimals) is the ratio of the unrounded times, between the
+  bounds of the printed ones (each within `rounding`)."""
+  rows = re.findall(r"^  (\w+) +([0-9.]+) +([0-9.]+) +([0-9.]+)$", stdout, re.M)
+  test.assertEqual([r[0] for r in rows], names, stdout)
+  for _, slow, fast, ratio in rows:
+    slow, fast, ratio = float(slow), float(fast), float(ratio)
+    test.assertGreater(fast, 0)
+    test.assertBetween(
+        ratio,
+        (slow - rounding) / (fast + rounding) - 0.005,
+        (slow + rounding) / (fast - rounding) + 0.005,
+    )
+
+
 class DrawBenchTest(absltest.TestCase):
 
   @pytest.mark.slow
@@ -577,19 +593,9 @@ class DrawBenchTest(absltest.TestCase):
     )
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertIn("arrays equal bit for bit", proc.stdout)
-    rows = re.findall(
-        r"^  (\w+) +([0-9.]+) +([0-9.]+) +([0-9.]+)$", proc.stdout, re.M
+    _assert_ratio_rows(
+        self, proc.stdout, ["draw", "target", "trained"], rounding=0.005
     )
-    self.assertEqual([r[0] for r in rows], ["draw", "target", "trained"])
-    for _, slow, fast, ratio in rows:
-      slow, fast, ratio = float(slow), float(fast), float(ratio)
-      self.assertGreater(fast, 0)
-      # The ratio of the unrounded medians, between the printed ones' bounds.
-      self.assertBetween(
-          ratio,
-          (slow - 0.005) / (fast + 0.005) - 0.005,
-          (slow + 0.005) / (fast - 0.005) + 0.005,
-      )
 
 
 class SplitBenchTest(absltest.TestCase):
@@ -606,16 +612,7 @@ class SplitBenchTest(absltest.TestCase):
     )
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     self.assertIn("states equal after 2 steps", proc.stdout)
-    rows = re.findall(
-        r"^  (\w+) +([0-9.]+) +([0-9.]+) +([0-9.]+)$", proc.stdout, re.M
-    )
-    self.assertEqual([r[0] for r in rows], ["khop_k3"])
-    _, slow, fast, ratio = rows[0]
-    self.assertBetween(
-        float(ratio),
-        (float(slow) - 0.05) / (float(fast) + 0.05) - 0.005,
-        (float(slow) + 0.05) / (float(fast) - 0.05) + 0.005,
-    )
+    _assert_ratio_rows(self, proc.stdout, ["khop_k3"], rounding=0.05)
 
   def test_unknown_case_is_one_line_error(self):
     proc = _python("-m", "benchmarks.split_bench", "--cases=nope")
