@@ -19,6 +19,7 @@ width.md and width.png: final test accuracy and the share of seeds reaching
 99% against m / N, with m = N marked.
 """
 
+import glob
 import json
 import os
 
@@ -82,6 +83,27 @@ def sweep(add, arg=None):
     add(run + (",smoke" if args["smoke"] else ""), **overrides)
 
 
+def _reuse_note(workdir):
+  """A line naming the runs copied from another sweep's run of the identical
+  config (their metrics.json's `reused_from`), or ""."""
+  sources = []
+  for path in sorted(
+      glob.glob(os.path.join(workdir, "runs", "*", "metrics.json"))
+  ):
+    with open(path) as f:
+      source = json.load(f).get("reused_from")
+    if source:
+      sources.append(os.path.dirname(source))
+  if not sources:
+    return ""
+  return (
+      f"{len(sources)} runs are copies of runs of the identical config in "
+      f"{', '.join(sorted(set(sources)))} (their metrics.json's reused_from):"
+      " the sweep checks the config of every recorded run and trains none"
+      " of them again."
+  )
+
+
 def report(workdir, rows, cost=""):
   """width.{json,md,png}: accuracy and successes against m / N. The accuracy
   is on the test set where the runs have one (validation otherwise); a seed
@@ -129,6 +151,9 @@ def report(workdir, rows, cost=""):
       for p in points
   ]
   reports.write_markdown(
-      os.path.join(workdir, "width.md"), reports.format_table(table), cost
+      os.path.join(workdir, "width.md"),
+      reports.format_table(table),
+      cost,
+      _reuse_note(workdir),
   )
   plots.against_width(points).savefig(os.path.join(workdir, "width.png"))

@@ -76,6 +76,39 @@ class WidthTest(absltest.TestCase):
     self.assertEqual(lines[-1], "Training: 1.0 core-hours.")
     self.assertGreater(os.path.getsize(os.path.join(workdir, "width.png")), 0)
 
+  def test_report_names_runs_copied_from_another_sweep(self):
+    workdir = self.create_tempdir().full_path
+    for name, extra in (
+        ("a", dict(reused_from="results/dyck_v2/runs/x")),
+        ("b", dict(reused_from="results/dyck_v2/runs/y")),
+        ("c", {}),
+    ):
+      os.makedirs(os.path.join(workdir, "runs", name))
+      with open(os.path.join(workdir, "runs", name, "metrics.json"), "w") as f:
+        json.dump(dict(name=name, **extra), f)
+    rows = [
+        dict(
+            data=json.dumps(dict(k=1, length=32, alphabet=4)),
+            width=800,
+            accuracy_mean=0.995,
+            accuracy_std=0.0,
+            test_mean=0.99,
+            test_std=0.0,
+            successes=3,
+            seeds=3,
+        )
+    ]
+    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
+    with open(os.path.join(workdir, "width.md")) as f:
+      last = f.read().splitlines()[-1]
+    self.assertStartsWith(last, "2 runs are copies")
+    self.assertIn(" in results/dyck_v2/runs (", last)
+    os.remove(os.path.join(workdir, "runs", "a", "metrics.json"))
+    os.remove(os.path.join(workdir, "runs", "b", "metrics.json"))
+    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
+    with open(os.path.join(workdir, "width.md")) as f:
+      self.assertEqual(f.read().splitlines()[-1], "Training: 1.0 core-hours.")
+
 
 class MachinesTest(absltest.TestCase):
 
