@@ -645,3 +645,17 @@ class HugepageBenchTest(absltest.TestCase):
     if "[always]" not in proc.stdout:  # Else huge pages whatever NumPy asks.
       # 4 KiB pages: about one fault per page of the 8 MB array.
       self.assertGreater(rows["off"][1], 0.9 * 8 * 2**20 / 4096)
+
+
+class ImportBenchTest(absltest.TestCase):
+
+  @pytest.mark.slow
+  def test_child_imports_the_pinned_ml_dtypes_and_times_it(self):
+    from benchmarks import import_bench  # pylint: disable=g-import-not-at-top
+
+    with open(os.path.join(ROOT, "setup.cfg")) as f:
+      pinned = re.search(r"ml_dtypes==([0-9.]+)", f.read()).group(1)
+    version, ml_dtypes_s, with_jax_s = import_bench._imports(None)
+    self.assertEqual(version, pinned)
+    self.assertGreater(ml_dtypes_s, 0.0)
+    self.assertGreater(with_jax_s, ml_dtypes_s)  # jax imports after it.

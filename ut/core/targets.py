@@ -20,11 +20,11 @@ with exactly these keys (optional ones have the defaults shown):
 """
 
 from collections.abc import Sequence
+import dataclasses
 import functools
 import math
 import os
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,15 +36,16 @@ REQUIRED_KEYS = ("wq", "wk", "wv", "wo")
 OPTIONAL_KEYS = ("wu", "causal", "residual")
 
 
-@flax.struct.dataclass
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class Target:
   wq: jax.Array
   wk: jax.Array
   wv: jax.Array
   wo: jax.Array
   wu: jax.Array
-  causal: bool = flax.struct.field(pytree_node=False, default=True)
-  residual: bool = flax.struct.field(pytree_node=False, default=False)
+  causal: bool = dataclasses.field(default=True, metadata=dict(static=True))
+  residual: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
   @property
   def num_layers(self) -> int:

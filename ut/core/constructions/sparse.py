@@ -26,10 +26,10 @@ sizes; `transformer.forward` on them is the dense formulation (the tests'
 oracle).
 """
 
+import dataclasses
 import itertools
 from typing import Optional
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,7 +38,8 @@ from ut.core import bounds
 from ut.core import transformer
 
 
-@flax.struct.dataclass
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class SparseUT:
   """Index form of the tree-routing UT.
 
@@ -50,10 +51,10 @@ class SparseUT:
   src: jax.Array
   dst: jax.Array
   q_root: jax.Array
-  num_heads: int = flax.struct.field(pytree_node=False)
-  num_layers: int = flax.struct.field(pytree_node=False)
-  width: int = flax.struct.field(pytree_node=False)
-  num_blocks: int = flax.struct.field(pytree_node=False)
+  num_heads: int = dataclasses.field(metadata=dict(static=True))
+  num_layers: int = dataclasses.field(metadata=dict(static=True))
+  width: int = dataclasses.field(metadata=dict(static=True))
+  num_blocks: int = dataclasses.field(metadata=dict(static=True))
 
   @property
   def m(self):
