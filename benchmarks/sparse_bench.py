@@ -6,7 +6,8 @@ r"""Benchmarks of the simulation core; prints medians and ratios, run side by si
   python -m benchmarks.sparse_bench --part=compile  # random least-squares compile
 
 ratio:   forward + gradient w.r.t. E of the sparse UT at H=2, L=4, d=16 (m=976),
-         n=32, batch 32: structured (block gathers) against dense (m x m R_V),
+         n=32, batch 32: structured (X routed along head strings; and
+         `levels`, the m-wide state's levels routed) against dense (m x m R_V),
          timed one call a round (right after the other contender's call) and
          five calls a round (steady state, as a loop calls it). With more than
          one CPU device (--cpu_devices, by default one per core this process
@@ -100,26 +101,31 @@ def bench_ratio(repeats):
   x = jax.random.normal(jax.random.PRNGKey(1), (batch, n, d))
   dense = jax.tree.map(jnp.asarray, sparse.to_dense(ut))
 
-  def structured_loss(e):
-    return jnp.sum(
-        sparse.sparse_apply(ut, e, x, causal=True, residual=False) ** 2
-    )
+  def structured_loss(e, xs, order="paths"):
+    y = sparse.sparse_apply(ut, e, xs, causal=True, residual=False, order=order)
+    return jnp.sum(y**2)
 
-  def dense_loss(e):
+  def dense_loss(e, xs):
     y = transformer.forward(
         dict(dense, embed=e),
-        x,
+        xs,
         num_layers=num_layers,
         causal=True,
         residual=False,
     )
     return jnp.sum(y**2)
 
-  fns = {
-      name: jax.jit(jax.value_and_grad(f))
-      for name, f in (("structured", structured_loss), ("dense", dense_loss))
+  # structured: the default order (routing X along head strings); levels: the
+  # same function by routing the m-wide state's levels (the order before).
+  losses = {
+      "structured": structured_loss,
+      "levels": functools.partial(structured_loss, order="levels"),
+      "dense": dense_loss,
   }
-  bound = {name: functools.partial(fn, embed) for name, fn in fns.items()}
+  bound = {
+      name: functools.partial(jax.jit(jax.value_and_grad(f)), embed, x)
+      for name, f in losses.items()
+  }
   devices = jax.local_devices()
   if len(devices) > 1 and batch % len(devices):
     print(
@@ -138,13 +144,7 @@ def bench_ratio(repeats):
     copied_e = jax.device_put(
         embed, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     )
-    split = jax.jit(
-        jax.value_and_grad(
-            lambda e, xs: jnp.sum(
-                sparse.sparse_apply(ut, e, xs, causal=True, residual=False) ** 2
-            )
-        )
-    )
+    split = jax.jit(jax.value_and_grad(structured_loss))
     bound["structured_split"] = functools.partial(split, copied_e, split_x)
   outs = {name: fn() for name, fn in bound.items()}
   rel = {
@@ -160,6 +160,10 @@ def bench_ratio(repeats):
       f" forward+grad wrt E, median of {repeats} interleaved rounds; max rel "
       f"diff of grads {rel['structured']:.2e}:"
   )
+  print(
+      "  levels: the same by routing the m-wide state's levels (max rel diff "
+      f"of grads {rel['levels']:.2e})"
+  )
   if "structured_split" in bound:
     print(
         f"  structured_split: the batch split over {len(devices)} CPU "
@@ -172,11 +176,13 @@ def bench_ratio(repeats):
         f"structured {secs['structured'] * 1e3:.2f} ms, speed-up (dense / "
         f"structured) {secs['dense'] / secs['structured']:.1f}x"
     )
-    if "structured_split" in secs:
-      line += (
-          f"; structured_split {secs['structured_split'] * 1e3:.2f} ms, "
-          f"{secs['dense'] / secs['structured_split']:.1f}x"
-      )
+    for name in ("levels", "structured_split"):
+      if name in secs:
+        line += (
+            f"; {name} {secs[name] * 1e3:.2f} ms, "
+            f"{secs['dense'] / secs[name]:.1f}x"
+        )
+    line += f"; levels / structured {secs['levels'] / secs['structured']:.2f}x"
     print(line)
 
 

@@ -558,11 +558,12 @@ class SparseBenchTest(absltest.TestCase):
     )
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
     diffs = re.findall(r"max rel diff of grads ([0-9.e+-]+)", proc.stdout)
-    self.assertLen(diffs, 2, proc.stdout)  # structured, structured_split.
+    self.assertLen(diffs, 3, proc.stdout)  # structured, levels, _split.
     for diff in diffs:
       self.assertLess(float(diff), 1e-5)
     self.assertIn("batch split over 2 CPU devices", proc.stdout)
     self.assertLen(re.findall(r"structured_split [0-9.]+ ms", proc.stdout), 2)
+    self.assertLen(re.findall(r"levels [0-9.]+ ms", proc.stdout), 2)
 
 
 def _assert_ratio_rows(test, stdout, names, *, rounding):

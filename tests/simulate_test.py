@@ -8,6 +8,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from configs import simulate as simulate_config
@@ -173,8 +174,12 @@ class EquivalenceTest(parameterized.TestCase):
 class StructuredPathTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
-  @parameterized.parameters((1, 3, 3, False), (2, 2, 2, True), (3, 2, 2, False))
-  def test_structured_equals_dense(self, h, num_layers, d, residual):
+  @parameterized.product(
+      shape=((1, 3, 3, False), (2, 2, 2, True), (3, 2, 2, False)),
+      order=sparse.ORDERS,
+  )
+  def test_structured_equals_dense(self, shape, order):
+    h, num_layers, d, residual = shape
     ut = sparse.make_sparse_ut(h, num_layers, d)
     rng = np.random.default_rng(0)
     embed = rng.standard_normal((d, ut.m))  # Any E, not only compiled ones.
@@ -183,13 +188,71 @@ class StructuredPathTest(chex.TestCase):
     with jax.enable_x64(True):
       structured = self.variant(
           lambda e, x: sparse.sparse_apply(
-              ut, e, x, causal=True, residual=residual
+              ut, e, x, causal=True, residual=residual, order=order
           )
       )(embed, x)
       want = transformer.forward(
           dense, x, num_layers=num_layers, causal=True, residual=residual
       )
     chex.assert_trees_all_close(structured, want, atol=1e-12, rtol=1e-12)
+
+  @parameterized.product(
+      shape=((1, 1, 3), (2, 4, 2), (3, 2, 2)),
+      residual=(False, True),
+      causal=(False, True),
+      order=sparse.ORDERS,
+  )
+  def test_structured_gradient_equals_dense(
+      self, shape, residual, causal, order
+  ):
+    # The gradient wrt E (what training and sparse_bench differentiate), with
+    # a readout, against autodiff of the dense {0,1} formulation.
+    h, num_layers, d = shape
+    ut = sparse.make_sparse_ut(h, num_layers, d)
+    rng = np.random.default_rng(1)
+    embed = rng.standard_normal((d, ut.m))
+    readout = rng.standard_normal((d, 3))
+    x = rng.standard_normal((2, 5, d))
+    dense = sparse.to_dense(ut, np.float64)
+
+    def structured_loss(e):
+      y = sparse.sparse_apply(
+          ut,
+          e,
+          x,
+          causal=causal,
+          residual=residual,
+          readout=readout,
+          order=order,
+      )
+      return jnp.sum(jnp.sin(y))
+
+    def dense_loss(e):
+      y = transformer.forward(
+          dict(dense, embed=e, readout=readout),
+          x,
+          num_layers=num_layers,
+          causal=causal,
+          residual=residual,
+      )
+      return jnp.sum(jnp.sin(y))
+
+    with jax.enable_x64(True):
+      got = jax.jit(jax.value_and_grad(structured_loss))(embed)
+      want = jax.jit(jax.value_and_grad(dense_loss))(embed)
+    chex.assert_trees_all_close(got, want, atol=1e-11, rtol=1e-11)
+
+  def test_unknown_order_names_the_orders(self):
+    ut = sparse.make_sparse_ut(2, 2, 2)
+    with self.assertRaisesRegex(ValueError, "paths.*levels"):
+      sparse.sparse_apply(
+          ut,
+          np.zeros((2, ut.m)),
+          np.zeros((1, 3, 2)),
+          causal=True,
+          residual=False,
+          order="dense",
+      )
 
   def test_dense_weights_are_01_and_shared(self):
     ut = sparse.make_sparse_ut(2, 3, 2)

@@ -19,8 +19,9 @@ The same weights serve every layer:
   R_Q[h]  selects ("q", h, ());  R_K[h] and U select ("s", ());
   R_V[g]  moves (role, g.t) to (role, t); root blocks and blocks whose first
           symbol is not g are dropped.
-`route_levels` (one layer) and `sparse_apply` (the whole UT) route by reshaping
-d-wide blocks: no m x m matrix is ever built. `SparseUT.src` lists the same
+`route_levels` (one layer) routes by reshaping d-wide blocks, and
+`sparse_apply` (the whole UT) routes X along head strings and reads the root
+from E: no m x m matrix is ever built. `SparseUT.src` lists the same
 routing as indices, and `to_dense` builds the {0,1} matrices from it for small
 sizes; `transformer.forward` on them is the dense formulation (the tests'
 oracle).
@@ -295,6 +296,9 @@ def route_layer(
   )
 
 
+ORDERS = ("paths", "levels")
+
+
 def sparse_apply(
     ut: SparseUT,
     embed_DxM: jax.Array,
@@ -304,14 +308,101 @@ def sparse_apply(
     residual: bool,
     readout=None,
     precision=transformer.HIGHEST,
+    order: str = "paths",
 ) -> jax.Array:
-  """UT(X, E) by block routing: O(B T m) data movement plus O(B T^2 m) attention.
+  """UT(X, E) without any m x m matrix; returns Z_L U (B, T, d) (@ readout).
 
-  The state is kept as one array per level, (B, T, F_j) with F_j = roles * H^j * d,
-  so that no m-wide activation is ever sliced or concatenated; a level known
-  to be zero is None and is skipped, and the first layer never builds X E
-  (`_first_layer`).
-  Returns Z_L U (B, T, d), or Z_L U readout when a readout is given.
+  order="paths" (`_apply_paths`) routes X along head strings and reads
+  level 0 from E, so no level wider than the root is built; order="levels"
+  (`_apply_levels`) routes the levels of the m-wide state (`route_levels`).
+  Both compute the same function (up to float rounding); paths does fewer
+  operations (benchmarks/sparse_bench.py times both).
+  """
+  if order not in ORDERS:
+    raise ValueError(f"order={order!r}; use one of {ORDERS}")
+  apply = _apply_paths if order == "paths" else _apply_levels
+  y = apply(
+      ut,
+      embed_DxM,
+      x_BxTxD,
+      causal=causal,
+      residual=residual,
+      precision=precision,
+  )
+  if readout is not None:
+    y = jnp.einsum("btd,do->bto", y, readout, precision=precision)
+  return y
+
+
+def _apply_paths(ut, embed_DxM, x_BxTxD, *, causal, residual, precision):
+  """The UT's state root by routing X along head strings.
+
+  Given the attention weights every block is linear in X. Without
+  residual, after l layers the root block of role r holds
+  sum_u A_l[u_l] ... A_1[u_1] X E_(r, u) over the head strings u of length l
+  (`route_levels` consumes a string's first symbol first). So this keeps
+  paths[k] = A_k[u_k] ... A_1[u_1] X for every u of length k, as one
+  (B, d H^k, T) array with rows (d, u_1, ..., u_k): one routing step is
+  one batched matmul whose output rows (rows of paths[k], head) are the
+  rows of paths[k+1]. The root is paths[k] against E's level-k columns,
+  (d, H^k, roles, d) reshaped to (d H^k, roles d), the same row order.
+  With residual a block may also stay put, so paths of every length
+  k <= l are kept, each summed over the layers where it was routed. The
+  last layer reads level 1's state blocks from the paths and routes only
+  those. No state wider than (1 + H) d is built: layer l costs
+  O(B T d H^l (T + (1 + H) d)), against O(B T^2 m) for the levels.
+  """
+  h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
+  b, t = x_BxTxD.shape[:2]
+  e_levels = [embed_DxM[:, s] for s in level_slices(ut)]
+  paths = {0: jnp.swapaxes(x_BxTxD, 1, 2)}
+  for layer in range(num_layers):
+    level0 = sum(
+        jnp.einsum(
+            "bkt,kf->btf",
+            p,
+            e_levels[k].reshape(d * h**k, -1)[:, : (1 + h) * d],
+            precision=precision,
+        )
+        for k, p in paths.items()
+    )
+    a_BxHxTxS = root_attention(ut, level0, causal=causal, precision=precision)
+    if layer == num_layers - 1:
+      # Level 1's state block (s, g) gets E's level-k+1 blocks (s, u.g).
+      level1_BxTxHxD = sum(
+          jnp.einsum(
+              "bkt,kgf->btgf",
+              p,
+              e_levels[k + 1].reshape(d * h**k, h, -1)[..., :d],
+              precision=precision,
+          )
+          for k, p in paths.items()
+      )
+      y = jnp.einsum(
+          "bgts,bsgf->btf", a_BxHxTxS, level1_BxTxHxD, precision=precision
+      )
+      return y + level0[..., :d] if residual else y
+    a_BxNxS = a_BxHxTxS.reshape(b, h * t, t)  # Rows (head, query).
+    routed = {
+        k
+        + 1: jnp.einsum(
+            "bks,bns->bkn", p, a_BxNxS, precision=precision
+        ).reshape(b, -1, t)
+        for k, p in paths.items()
+    }
+    if residual:
+      for k, p in paths.items():
+        routed[k] = routed[k] + p if k in routed else p
+    paths = routed
+
+
+def _apply_levels(ut, embed_DxM, x_BxTxD, *, causal, residual, precision):
+  """The UT's state root by block routing of the m-wide state's levels.
+
+  The state is kept as one array per level, (B, T, F_j) with
+  F_j = roles * H^j * d, so that no m-wide activation is ever sliced or
+  concatenated; a level known to be zero is None and is skipped, and the
+  first layer never builds X E (`_first_layer`).
   """
   h = ut.num_heads
   level0, new = _first_layer(
@@ -332,7 +423,4 @@ def sparse_apply(
       ]
     else:  # Without residuals the deepest levels empty out, one per layer.
       levels = new
-  y = levels[0][:, :, : ut.width]
-  if readout is not None:
-    y = jnp.einsum("btd,do->bto", y, readout, precision=precision)
-  return y
+  return levels[0][:, :, : ut.width]
