@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import itertools
 import json
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs import dyck as dyck_config
+from configs import khop as khop_config
 from tests import xla_settings
 from ut.core.constructions import sparse
 from ut.cpu import forward as cpu_forward
@@ -98,9 +100,43 @@ def logits_and_grads(apply_fn, params, spec, tokens):
   return logits, vjp(jnp.cos(logits))[0]
 
 
+def _last_rows(apply_fn, last_only):
+  """apply_fn's logits, or their last row alone."""
+
+  def rows(params, spec, tokens_BxT):
+    logits = apply_fn(params, spec, tokens_BxT)
+    return logits[:, -1:] if last_only else logits
+
+  return rows
+
+
+def _forced_order(paths, last_only):
+  """models.apply with the sparse kind's order forced (traced under it)."""
+
+  def forced(params, spec, tokens_BxT):
+    with mock.patch.object(cpu_forward, "sparse_paths_form", lambda *_: paths):
+      return models.apply(params, spec, tokens_BxT, last_only=last_only)
+
+  return forced
+
+
+# One function each, so that `logits_and_grads` compiles each once.
+_FORCED_ORDER = {
+    (paths, last_only): _forced_order(paths, last_only)
+    for paths in (True, False)
+    for last_only in (False, True)
+}
+
+
 def reference_apply(params, spec, tokens_BxT):
   """`np_example` in jax.numpy, vmapped over the batch (for autodiff)."""
   return jax.vmap(lambda tok: np_example(params, spec, tok, jnp))(tokens_BxT)
+
+
+_REFERENCE_ROWS = {
+    last_only: _last_rows(reference_apply, last_only)
+    for last_only in (False, True)
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -281,6 +317,80 @@ class ModelsTest(chex.TestCase):
         causal=causal,
     )
     assert_impls_match_reference(spec, seed=1)
+
+  @parameterized.product(
+      shape=[
+          (1, 2, 3, True),
+          (3, 2, 2, False),
+          (2, 3, 2, True),
+          (2, 1, 3, False),
+      ],
+      paths=(True, False),
+      last_only=(False, True),
+  )
+  def test_sparse_attn_both_orders_match_reference(
+      self, shape, paths, last_only
+  ):
+    """xla_cpu's attention-only sparse forward routed along head strings
+    (`_apply_sparse_paths`) and by levels, whichever `sparse_paths_form`
+    would pick here, against the reference's logits and gradients (float64;
+    with last_only, the reference's last row)."""
+    h, num_layers, d, causal = shape
+    spec = make_spec(
+        "sparse",
+        "attn",
+        num_heads=h,
+        num_layers=num_layers,
+        width=d,
+        causal=causal,
+    )
+    params, tokens = make_inputs(spec, seed=3)
+    with jax.enable_x64(True):
+      p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+      want, want_grads = logits_and_grads(
+          _REFERENCE_ROWS[last_only], p64, spec, tokens
+      )
+      got, grads = logits_and_grads(
+          _FORCED_ORDER[paths, last_only],
+          p64,
+          dataclasses.replace(spec, impl="xla_cpu"),
+          tokens,
+      )
+    self.assertEqual(got.shape[1], 1 if last_only else T)
+    np.testing.assert_allclose(got, want, atol=F64_TOL, rtol=F64_TOL)
+    for (path, g), w in zip(
+        jax.tree_util.tree_leaves_with_path(grads), jax.tree.leaves(want_grads)
+    ):
+      np.testing.assert_allclose(
+          g, w, atol=F64_TOL, rtol=F64_TOL, err_msg=jax.tree_util.keystr(path)
+      )
+
+  def test_sparse_paths_form_picks_by_multiply_adds(self):
+    """On the protocols' configs: k-hop's attention-only sparse UT at k = 2
+    and 3 routes along head strings (fewer multiply-adds), Dyck's (T = 61)
+    and every other variant or kind the levels or their own forms."""
+    cases = {
+        (khop_config, "model=sparse,variant=attn,k=2"): True,
+        (khop_config, "model=sparse,variant=attn,k=3"): True,
+        (dyck_config, "model=sparse,variant=attn"): False,
+        (khop_config, "model=sparse,variant=res_ln,k=2"): False,
+        (khop_config, "model=random,variant=attn,k=2"): False,
+    }
+    for (module, arg), want in cases.items():
+      config = module.get_config(arg)
+      task = data_lib.make_task(config)
+      spec = train.model_spec(config, task.info)
+      n = train.train_batch(config, task, 0)["tokens"].shape[1]
+      paths, levels = (
+          cpu_forward.sparse_string_costs(spec, n, spec.last_only)
+          if spec.kind == "sparse"
+          else (0, 0)
+      )
+      self.assertEqual(
+          cpu_forward.sparse_paths_form(spec, n, spec.last_only),
+          want,
+          f"{arg}: paths {paths}, levels {levels} multiply-adds",
+      )
 
   @parameterized.product(
       variant=models.VARIANTS,

@@ -242,6 +242,32 @@ class StructuredPathTest(chex.TestCase):
       want = jax.jit(jax.value_and_grad(dense_loss))(embed)
     chex.assert_trees_all_close(got, want, atol=1e-11, rtol=1e-11)
 
+  @parameterized.parameters(False, True)
+  def test_last_only_is_the_last_row_with_gradients(self, residual):
+    # X wider than d (as the training model's one-hot tokens and positions).
+    ut = sparse.make_sparse_ut(2, 3, 2)
+    rng = np.random.default_rng(2)
+    embed = rng.standard_normal((5, ut.m))
+    x = rng.standard_normal((2, 6, 5))
+
+    def loss(e, last_only):
+      y = sparse.sparse_apply(
+          ut, e, x, causal=True, residual=residual, last_only=last_only
+      )
+      if not last_only:
+        y = y[:, -1:]
+      return jnp.sum(jnp.sin(y)), y
+
+    with jax.enable_x64(True):
+      (_, got), got_grad = jax.value_and_grad(loss, has_aux=True)(embed, True)
+      (_, want), want_grad = jax.value_and_grad(loss, has_aux=True)(
+          embed, False
+      )
+    self.assertEqual(got.shape, (2, 1, 2))
+    chex.assert_trees_all_close(
+        (got, got_grad), (want, want_grad), atol=1e-12, rtol=1e-12
+    )
+
   def test_unknown_order_names_the_orders(self):
     ut = sparse.make_sparse_ut(2, 2, 2)
     with self.assertRaisesRegex(ValueError, "paths.*levels"):

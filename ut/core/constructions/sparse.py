@@ -309,32 +309,49 @@ def sparse_apply(
     readout=None,
     precision=transformer.HIGHEST,
     order: str = "paths",
+    last_only: bool = False,
 ) -> jax.Array:
   """UT(X, E) without any m x m matrix; returns Z_L U (B, T, d) (@ readout).
 
   order="paths" (`_apply_paths`) routes X along head strings and reads
-  level 0 from E, so no level wider than the root is built; order="levels"
-  (`_apply_levels`) routes the levels of the m-wide state (`route_levels`).
-  Both compute the same function (up to float rounding); paths does fewer
-  operations (benchmarks/sparse_bench.py times both).
+  level 0 from E, so no level wider than the root is built; X may have any
+  width D (E is (D, m)). order="levels" (`_apply_levels`) routes the levels
+  of the m-wide state (`route_levels`; D = d). Both compute the same
+  function (up to float rounding); paths does fewer operations
+  (benchmarks/sparse_bench.py times both). With last_only, the last row's
+  output alone, (B, 1, d): the paths route only its query in the last layer.
   """
   if order not in ORDERS:
     raise ValueError(f"order={order!r}; use one of {ORDERS}")
-  apply = _apply_paths if order == "paths" else _apply_levels
-  y = apply(
-      ut,
-      embed_DxM,
-      x_BxTxD,
-      causal=causal,
-      residual=residual,
-      precision=precision,
-  )
+  if order == "paths":
+    y = _apply_paths(
+        ut,
+        embed_DxM,
+        x_BxTxD,
+        causal=causal,
+        residual=residual,
+        precision=precision,
+        last_only=last_only,
+    )
+  else:
+    y = _apply_levels(
+        ut,
+        embed_DxM,
+        x_BxTxD,
+        causal=causal,
+        residual=residual,
+        precision=precision,
+    )
+    if last_only:
+      y = y[:, -1:]
   if readout is not None:
     y = jnp.einsum("btd,do->bto", y, readout, precision=precision)
   return y
 
 
-def _apply_paths(ut, embed_DxM, x_BxTxD, *, causal, residual, precision):
+def _apply_paths(
+    ut, embed_DxM, x_BxTxD, *, causal, residual, precision, last_only=False
+):
   """The UT's state root by routing X along head strings.
 
   Given the attention weights every block is linear in X. Without
@@ -342,18 +359,19 @@ def _apply_paths(ut, embed_DxM, x_BxTxD, *, causal, residual, precision):
   sum_u A_l[u_l] ... A_1[u_1] X E_(r, u) over the head strings u of length l
   (`route_levels` consumes a string's first symbol first). So this keeps
   paths[k] = A_k[u_k] ... A_1[u_1] X for every u of length k, as one
-  (B, d H^k, T) array with rows (d, u_1, ..., u_k): one routing step is
-  one batched matmul whose output rows (rows of paths[k], head) are the
-  rows of paths[k+1]. The root is paths[k] against E's level-k columns,
-  (d, H^k, roles, d) reshaped to (d H^k, roles d), the same row order.
+  (B, D H^k, T) array (D: X's width) with rows (i, u_1, ..., u_k): one
+  routing step is one batched matmul whose output rows (rows of paths[k],
+  head) are the rows of paths[k+1]. The root is paths[k] against E's
+  level-k columns, (D, H^k, roles, d) reshaped to (D H^k, roles d), the same
+  row order.
   With residual a block may also stay put, so paths of every length
   k <= l are kept, each summed over the layers where it was routed. The
   last layer reads level 1's state blocks from the paths and routes only
   those. No state wider than (1 + H) d is built: layer l costs
-  O(B T d H^l (T + (1 + H) d)), against O(B T^2 m) for the levels.
+  O(B T D H^l (T + (1 + H) d)), against O(B T^2 m) for the levels.
   """
   h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
-  b, t = x_BxTxD.shape[:2]
+  b, t, d_in = x_BxTxD.shape
   e_levels = [embed_DxM[:, s] for s in level_slices(ut)]
   paths = {0: jnp.swapaxes(x_BxTxD, 1, 2)}
   for layer in range(num_layers):
@@ -361,19 +379,26 @@ def _apply_paths(ut, embed_DxM, x_BxTxD, *, causal, residual, precision):
         jnp.einsum(
             "bkt,kf->btf",
             p,
-            e_levels[k].reshape(d * h**k, -1)[:, : (1 + h) * d],
+            e_levels[k].reshape(d_in * h**k, -1)[:, : (1 + h) * d],
             precision=precision,
         )
         for k, p in paths.items()
     )
-    a_BxHxTxS = root_attention(ut, level0, causal=causal, precision=precision)
-    if layer == num_layers - 1:
+    last = layer == num_layers - 1
+    a_BxHxTxS = root_attention(
+        ut,
+        level0,
+        causal=causal,
+        precision=precision,
+        query0=level0[:, -1:] if last and last_only else None,
+    )
+    if last:
       # Level 1's state block (s, g) gets E's level-k+1 blocks (s, u.g).
       level1_BxTxHxD = sum(
           jnp.einsum(
               "bkt,kgf->btgf",
               p,
-              e_levels[k + 1].reshape(d * h**k, h, -1)[..., :d],
+              e_levels[k + 1].reshape(d_in * h**k, h, -1)[..., :d],
               precision=precision,
           )
           for k, p in paths.items()
@@ -381,15 +406,14 @@ def _apply_paths(ut, embed_DxM, x_BxTxD, *, causal, residual, precision):
       y = jnp.einsum(
           "bgts,bsgf->btf", a_BxHxTxS, level1_BxTxHxD, precision=precision
       )
-      return y + level0[..., :d] if residual else y
+      if residual:
+        y = y + level0[:, -y.shape[1] :, :d]
+      return y
     a_BxNxS = a_BxHxTxS.reshape(b, h * t, t)  # Rows (head, query).
-    routed = {
-        k
-        + 1: jnp.einsum(
-            "bks,bns->bkn", p, a_BxNxS, precision=precision
-        ).reshape(b, -1, t)
-        for k, p in paths.items()
-    }
+    routed = {}
+    for k, p in paths.items():
+      r = jnp.einsum("bks,bns->bkn", p, a_BxNxS, precision=precision)
+      routed[k + 1] = r.reshape(b, -1, t)  # Rows (rows of p, head).
     if residual:
       for k, p in paths.items():
         routed[k] = routed[k] + p if k in routed else p

@@ -1,0 +1,125 @@
+r"""The attention-only sparse UT's training step with the inputs routed along
+head strings (`ut.cpu.forward._apply_sparse_paths`) against the m-wide
+state's levels routed (`ut.cpu.forward._apply_sparse`), and which of the two
+`apply` picks (`ut.cpu.forward.sparse_paths_form`).
+
+  python -m benchmarks.paths_bench
+  python -m benchmarks.record --out=results/bench/paths_bench.md -- \
+      taskset -c 0 python -m benchmarks.paths_bench
+
+Both steps are `train.make_step`'s jitted `train.train_step` (state donated,
+the default microbatches), each traced with `sparse_paths_form` (the rule
+`apply` follows) forced to its order; `_apply_sparse` serves the LayerNorm
+variants too. Before timing, both take the same steps from the same state and
+must end equal. Printed: medians of --repeats interleaved rounds (each
+--steps steps on one batch), their ratio, and the 2048^2 matmul speed
+measured before them.
+
+Cases: configs/khop.py:model=sparse,variant=attn at k = 2 (m = 928) and
+k = 3 (m = 1952), and configs/dyck.py:model=sparse,variant=attn (m = 416).
+"""
+
+import statistics
+import time
+from unittest import mock
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from configs import dyck as dyck_config
+from configs import khop as khop_config
+from ut.cpu import forward as cpu_forward
+from ut.io import roofline as roofline_lib
+from ut.training import data as data_lib
+from ut.training import train
+
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 7, "Timed rounds (medians reported).", lower_bound=1
+)
+_STEPS = flags.DEFINE_integer(
+    "steps", 3, "Steps per timed round.", lower_bound=1
+)
+_CASES = flags.DEFINE_list(
+    "cases", ["khop_k2", "khop_k3", "dyck"], "Cases to time."
+)
+
+
+def _configs():
+  return {
+      "khop_k2": khop_config.get_config("model=sparse,variant=attn,k=2"),
+      "khop_k3": khop_config.get_config("model=sparse,variant=attn,k=3"),
+      "dyck": dyck_config.get_config("model=sparse,variant=attn"),
+  }
+
+
+def _case(config):
+  task = data_lib.make_task(config)
+  spec = train.model_spec(config, task.info)
+  state, tx, _ = train.init_state(config, spec)
+  batch = jax.device_put(train.train_batch(config, task, 0))
+  steps, states = {}, {}
+  for k in ("levels", "paths"):  # Traced (at the first call) under the switch.
+    steps[k] = train.make_step(config, spec, tx)[0]
+    with mock.patch.object(
+        cpu_forward, "sparse_paths_form", lambda *_, k=k: k == "paths"
+    ):
+      states[k] = steps[k](jax.tree.map(jnp.array, state), batch)[0]
+  for k, step in steps.items():  # A second step each, then equal states.
+    states[k] = step(states[k], batch)[0]
+  for a, b in zip(*(jax.tree.leaves(s.params) for s in states.values())):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  return spec, steps, states, batch
+
+
+def main(argv):
+  del argv
+  configs = _configs()
+  unknown = sorted(set(_CASES.value) - set(configs))
+  if unknown:
+    raise SystemExit(f"unknown --cases {unknown}; use some of {list(configs)}")
+  gflops = roofline_lib.rate(roofline_lib.make())[0] / 1e9
+  cases = {name: _case(configs[name]) for name in _CASES.value}
+  times = {name: {"levels": [], "paths": []} for name in cases}
+  for _ in range(_REPEATS.value):
+    for name, (_, steps, states, batch) in cases.items():
+      for k, step in steps.items():
+        start = time.perf_counter()
+        for _ in range(_STEPS.value):
+          states[k], metrics = step(states[k], batch)
+        jax.block_until_ready(metrics)
+        times[name][k].append((time.perf_counter() - start) / _STEPS.value)
+  print(
+      f"[paths] jax {jax.__version__} on {jax.default_backend()}; 2048^2 "
+      f"matmul {gflops:.0f} GFLOP/s; medians of {_REPEATS.value} interleaved "
+      f"rounds of {_STEPS.value} steps; states equal after 2 steps"
+  )
+  print(
+      f"  {'case':<9} {'m':>5} {'levels ms':>9} {'paths ms':>8} {'ratio':>6}"
+      f" {'madds ratio':>11} {'apply runs':>10}"
+  )
+  for name, t in times.items():
+    slow, fast = (1e3 * statistics.median(t[k]) for k in ("levels", "paths"))
+    spec, _, _, batch = cases[name]
+    n = batch["tokens"].shape[1]
+    paths, levels = cpu_forward.sparse_string_costs(spec, n, spec.last_only)
+    runs = (
+        "paths"
+        if cpu_forward.sparse_paths_form(spec, n, spec.last_only)
+        else "levels"
+    )
+    print(
+        f"  {name:<9} {spec.model_width:5d} {slow:9.2f} {fast:8.2f}"
+        f" {slow / fast:6.2f} {levels / paths:11.2f} {runs:>10}"
+    )
+  print(
+      "  ratio = levels ms / paths ms; madds ratio = levels / paths "
+      "multiply-adds a string (`sparse_string_costs`); apply runs: what "
+      "`sparse_paths_form` picks"
+  )
+
+
+if __name__ == "__main__":
+  app.run(main)
