@@ -60,6 +60,14 @@ def make_spec(kind, variant, **overrides):
   return models.ModelSpec(kind=kind, variant=variant, **kw)
 
 
+# (H, L, d, causal) of the sparse kind's equivalence tests, beyond H = L = 2.
+SPARSE_SHAPES = (
+    (1, 2, 3, True),
+    (3, 2, 2, False),
+    (2, 3, 2, True),
+    (2, 1, 3, False),
+)
+
 # apply is jitted once per spec (one compile instead of one per op and shape).
 apply = jax.jit(models.apply, static_argnums=1)
 
@@ -294,12 +302,7 @@ class ModelsTest(chex.TestCase):
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
   @parameterized.product(
-      shape=[
-          (1, 2, 3, True),
-          (3, 2, 2, False),
-          (2, 3, 2, True),
-          (2, 1, 3, False),
-      ],
+      shape=SPARSE_SHAPES,
       variant=models.VARIANTS,
   )
   def test_sparse_every_impl_and_gradient_matches_reference(
@@ -319,12 +322,7 @@ class ModelsTest(chex.TestCase):
     assert_impls_match_reference(spec, seed=1)
 
   @parameterized.product(
-      shape=[
-          (1, 2, 3, True),
-          (3, 2, 2, False),
-          (2, 3, 2, True),
-          (2, 1, 3, False),
-      ],
+      shape=SPARSE_SHAPES,
       paths=(True, False),
       last_only=(False, True),
   )

@@ -323,27 +323,12 @@ def sparse_apply(
   """
   if order not in ORDERS:
     raise ValueError(f"order={order!r}; use one of {ORDERS}")
+  kw = dict(causal=causal, residual=residual, precision=precision)
   if order == "paths":
-    y = _apply_paths(
-        ut,
-        embed_DxM,
-        x_BxTxD,
-        causal=causal,
-        residual=residual,
-        precision=precision,
-        last_only=last_only,
-    )
+    y = _apply_paths(ut, embed_DxM, x_BxTxD, last_only=last_only, **kw)
   else:
-    y = _apply_levels(
-        ut,
-        embed_DxM,
-        x_BxTxD,
-        causal=causal,
-        residual=residual,
-        precision=precision,
-    )
-    if last_only:
-      y = y[:, -1:]
+    y = _apply_levels(ut, embed_DxM, x_BxTxD, **kw)
+    y = y[:, -1:] if last_only else y
   if readout is not None:
     y = jnp.einsum("btd,do->bto", y, readout, precision=precision)
   return y
