@@ -176,9 +176,9 @@ def sparse_paths_form(spec, num_tokens, last_only):
   """Whether `apply` computes the sparse kind by routing its inputs along
   head strings (`_apply_sparse_paths`): attention-only with no residual, and
   fewer multiply-adds than routing the levels (`sparse_string_costs`). On one
-  core (benchmarks/paths_bench.py) the paths' training step was 1.11x and
-  1.24x faster at k-hop k = 2 and 3 (1.2x and 1.5x fewer multiply-adds)
-  and 0.83x as fast on Dyck (T = 61: 1.5x more), which this rule leaves to
+  core (results/bench/paths_bench.md) the paths' training step was 1.10x and
+  1.20x faster at k-hop k = 2 and 3 (1.16x and 1.36x fewer multiply-adds)
+  and 0.80x as fast on Dyck (T = 61: 1.6x more), which this rule leaves to
   the levels."""
   if spec.kind != "sparse" or spec.variant != "attn" or spec.residual:
     return False
