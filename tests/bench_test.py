@@ -622,6 +622,47 @@ class SplitBenchTest(absltest.TestCase):
     self.assertNotIn("Traceback", proc.stderr)
 
 
+class PathsBenchTest(absltest.TestCase):
+
+  @pytest.mark.slow
+  def test_times_both_orders_after_checking_they_agree(self):
+    proc = _python(
+        "-m",
+        "benchmarks.paths_bench",
+        "--cases=khop_k2,dyck",
+        "--repeats=1",
+        "--steps=1",
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    self.assertIn("states equal after 2 steps", proc.stdout)
+    rows = re.findall(
+        r"^  (\w+) +(\d+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +(\w+)$",
+        proc.stdout,
+        re.M,
+    )
+    self.assertEqual([r[0] for r in rows], ["khop_k2", "dyck"], proc.stdout)
+    for _, _, slow, fast, ratio, _, _ in rows:
+      slow, fast = float(slow), float(fast)
+      self.assertBetween(
+          float(ratio),
+          (slow - 0.005) / (fast + 0.005) - 0.005,
+          (slow + 0.005) / (fast - 0.005) + 0.005,
+      )
+    # The rule's pick follows the multiply-adds: k-hop's paths, Dyck's levels.
+    self.assertEqual(
+        [(r[0], r[6]) for r in rows], [("khop_k2", "paths"), ("dyck", "levels")]
+    )
+    self.assertGreater(float(rows[0][5]), 1)
+    self.assertLess(float(rows[1][5]), 1)
+
+  def test_unknown_case_is_one_line_error(self):
+    proc = _python("-m", "benchmarks.paths_bench", "--cases=nope")
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertIn("unknown --cases ['nope']", proc.stderr)
+    self.assertNotIn("Traceback", proc.stderr)
+
+
 class HugepageBenchTest(absltest.TestCase):
 
   @pytest.mark.slow
