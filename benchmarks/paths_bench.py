@@ -8,8 +8,8 @@ state's levels routed (`ut.cpu.forward._apply_sparse`), and which of the two
       taskset -c 0 python -m benchmarks.paths_bench
 
 Both steps are `train.make_step`'s jitted `train.train_step` (state donated,
-the default microbatches), each traced with `sparse_paths_form` (the rule
-`apply` follows) forced to its order; `_apply_sparse` serves the LayerNorm
+the default microbatches), each called (so traced) with `sparse_paths_form`
+(the rule `apply` follows) forced to its order; `_apply_sparse` serves the LayerNorm
 variants too. Before timing, both take the same steps from the same state and
 must end equal. Printed: medians of --repeats interleaved rounds (each
 --steps steps on one batch), their ratio, and the 2048^2 matmul speed
@@ -55,18 +55,30 @@ def _configs():
   }
 
 
+ORDERS = ("levels", "paths")
+
+
+def _forced(config, spec, tx, paths):
+  """`train.make_step`'s step, every call (so any trace) with the order
+  forced: `apply` asks `sparse_paths_form` while it traces."""
+  step = train.make_step(config, spec, tx)[0]
+
+  def run(state, batch):
+    with mock.patch.object(cpu_forward, "sparse_paths_form", lambda *_: paths):
+      return step(state, batch)
+
+  return run
+
+
 def _case(config):
   task = data_lib.make_task(config)
   spec = train.model_spec(config, task.info)
   state, tx, _ = train.init_state(config, spec)
   batch = jax.device_put(train.train_batch(config, task, 0))
-  steps, states = {}, {}
-  for k in ("levels", "paths"):  # Traced (at the first call) under the switch.
-    steps[k] = train.make_step(config, spec, tx)[0]
-    with mock.patch.object(
-        cpu_forward, "sparse_paths_form", lambda *_, k=k: k == "paths"
-    ):
-      states[k] = steps[k](jax.tree.map(jnp.array, state), batch)[0]
+  steps = {k: _forced(config, spec, tx, k == "paths") for k in ORDERS}
+  states = {
+      k: steps[k](jax.tree.map(jnp.array, state), batch)[0] for k in steps
+  }
   for k, step in steps.items():  # A second step each, then equal states.
     states[k] = step(states[k], batch)[0]
   for a, b in zip(*(jax.tree.leaves(s.params) for s in states.values())):
@@ -82,7 +94,7 @@ def main(argv):
     raise SystemExit(f"unknown --cases {unknown}; use some of {list(configs)}")
   gflops = roofline_lib.rate(roofline_lib.make())[0] / 1e9
   cases = {name: _case(configs[name]) for name in _CASES.value}
-  times = {name: {"levels": [], "paths": []} for name in cases}
+  times = {name: {k: [] for k in ORDERS} for name in cases}
   for _ in range(_REPEATS.value):
     for name, (_, steps, states, batch) in cases.items():
       for k, step in steps.items():

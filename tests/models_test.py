@@ -68,6 +68,21 @@ SPARSE_SHAPES = (
     (2, 1, 3, False),
 )
 
+
+def sparse_attn_spec(shape, **overrides):
+  """The attention-only sparse kind at shape = (H, L, d, causal)."""
+  h, num_layers, d, causal = shape
+  return make_spec(
+      "sparse",
+      "attn",
+      num_heads=h,
+      num_layers=num_layers,
+      width=d,
+      causal=causal,
+      **overrides,
+  )
+
+
 # apply is jitted once per spec (one compile instead of one per op and shape).
 apply = jax.jit(models.apply, static_argnums=1)
 
@@ -333,15 +348,7 @@ class ModelsTest(chex.TestCase):
     (`_apply_sparse_paths`) and by levels, whichever `sparse_paths_form`
     would pick here, against the reference's logits and gradients (float64;
     with last_only, the reference's last row)."""
-    h, num_layers, d, causal = shape
-    spec = make_spec(
-        "sparse",
-        "attn",
-        num_heads=h,
-        num_layers=num_layers,
-        width=d,
-        causal=causal,
-    )
+    spec = sparse_attn_spec(shape)
     params, tokens = make_inputs(spec, seed=3)
     with jax.enable_x64(True):
       p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
@@ -363,10 +370,44 @@ class ModelsTest(chex.TestCase):
           g, w, atol=F64_TOL, rtol=F64_TOL, err_msg=jax.tree_util.keystr(path)
       )
 
+  @parameterized.product(shape=SPARSE_SHAPES, last_only=(False, True))
+  def test_sparse_string_costs_count_the_forwards_matmuls(
+      self, shape, last_only
+  ):
+    """`sparse_string_costs` against the multiply-adds of every matmul each
+    order's forward traces, per added string (batch 2B less batch B), less
+    what it leaves aside: the unembedding (Q d C) for both, and the levels'
+    one-hot token embedding (T V m)."""
+    spec = sparse_attn_spec(shape, impl="xla_cpu")
+    params, tokens = make_inputs(spec, seed=3)
+
+    def madds(paths, tokens):
+      with mock.patch.object(
+          cpu_forward, "sparse_paths_form", lambda *_: paths
+      ):
+        jaxpr = jax.make_jaxpr(
+            lambda p: models.apply(p, spec, tokens, last_only=last_only)
+        )(params)
+      return dot_flops(jaxpr.jaxpr) // 2
+
+    per_string = {
+        paths: (madds(paths, jnp.tile(tokens, (2, 1))) - madds(paths, tokens))
+        // B
+        for paths in (True, False)
+    }
+    q = 1 if last_only else T
+    unembed = q * spec.sparse_ut.width * CLASSES
+    paths, levels = cpu_forward.sparse_string_costs(spec, T, last_only)
+    self.assertEqual(per_string[True], paths + unembed)
+    self.assertEqual(
+        per_string[False], levels + unembed + T * VOCAB * spec.model_width
+    )
+
   def test_sparse_paths_form_picks_by_multiply_adds(self):
     """On the protocols' configs: k-hop's attention-only sparse UT at k = 2
-    and 3 routes along head strings (fewer multiply-adds), Dyck's (T = 61)
-    and every other variant or kind the levels or their own forms."""
+    and 3 routes along head strings (at most 1.2x the levels'
+    multiply-adds), Dyck's (T = 61) and every other variant or kind the
+    levels or their own forms."""
     cases = {
         (khop_config, "model=sparse,variant=attn,k=2"): True,
         (khop_config, "model=sparse,variant=attn,k=3"): True,

@@ -268,16 +268,20 @@ class StructuredPathTest(chex.TestCase):
         (got, got_grad), (want, want_grad), atol=1e-12, rtol=1e-12
     )
 
-  def test_unknown_order_names_the_orders(self):
+  @parameterized.parameters(
+      ("levels", 3, "order='levels' needs X of the block width d = 2, got 3"),
+      ("dense", 2, "order='dense'; use one of .*paths.*levels"),
+  )
+  def test_bad_order_or_width_is_one_line_error(self, order, width, message):
     ut = sparse.make_sparse_ut(2, 2, 2)
-    with self.assertRaisesRegex(ValueError, "paths.*levels"):
+    with self.assertRaisesRegex(ValueError, message):
       sparse.sparse_apply(
           ut,
-          np.zeros((2, ut.m)),
-          np.zeros((1, 3, 2)),
+          np.zeros((width, ut.m)),
+          np.zeros((1, 3, width)),
           causal=True,
           residual=False,
-          order="dense",
+          order=order,
       )
 
   def test_dense_weights_are_01_and_shared(self):

@@ -145,8 +145,10 @@ def sparse_string_costs(spec, num_tokens, last_only):
   rows (T P_l (1 + H) d), forms the scores (H T^2 d) and routes the rows
   (T^2 P_l H); the last reads level 1's H state blocks instead of routing.
   Levels: layer l forms the scores and routes the levels still nonzero,
-  levels 1 .. L - l of width F_j (T^2 F_j each). With last_only the last
-  layer's queries are one row."""
+  levels 1 .. L - l (T^2 F_j each), F_j = roles H^j d, except that from
+  layer 1 on the deepest, level L - l, holds the state role alone (H^j d:
+  what the leaves routed up). With last_only the last layer's queries are
+  one row."""
   ut = spec.sparse_ut
   h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
   t = num_tokens
@@ -164,26 +166,27 @@ def sparse_string_costs(spec, num_tokens, last_only):
       paths += h * q * t * d + t * rows * h * d + q * t * h * d
     else:
       paths += h * t * t * d + t * t * rows * h
-    levels += (
-        (q if last else t)
-        * t
-        * (h * d + sum(widths[1 : num_layers - layer + 1]))
+    deepest = num_layers - layer
+    routed = sum(widths[1:deepest]) + (
+        widths[deepest] if layer == 0 else h**deepest * d
     )
+    levels += (q if last else t) * t * (h * d + routed)
   return paths, levels
 
 
 def sparse_paths_form(spec, num_tokens, last_only):
   """Whether `apply` computes the sparse kind by routing its inputs along
   head strings (`_apply_sparse_paths`): attention-only with no residual, and
-  fewer multiply-adds than routing the levels (`sparse_string_costs`). On one
-  core (results/bench/paths_bench.md) the paths' training step was 1.10x and
-  1.20x faster at k-hop k = 2 and 3 (1.16x and 1.36x fewer multiply-adds)
-  and 0.80x as fast on Dyck (T = 61: 1.6x more), which this rule leaves to
-  the levels."""
+  at most 1.2 times the multiply-adds of routing the levels
+  (`sparse_string_costs`). The paths' few plain matmuls run faster per
+  multiply-add than the levels' kernels; 1.2 is where the paths' training
+  step broke even between the protocols' sizes measured on one core
+  (benchmarks/paths_bench.py): faster at k-hop k = 2 and 3, slower on Dyck
+  (T = 61), which this rule leaves to the levels."""
   if spec.kind != "sparse" or spec.variant != "attn" or spec.residual:
     return False
   paths, levels = sparse_string_costs(spec, num_tokens, last_only)
-  return paths < levels
+  return 5 * paths <= 6 * levels
 
 
 def apply_m_wide(params, spec, tokens_BxT, precision=None, last_only=False):

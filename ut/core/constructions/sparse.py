@@ -1,8 +1,9 @@
 """The sparse tree-routing universal transformer (DESIGN §3, Theorem 3.1).
 
 Shape glossary: H heads, L layers, d block width (= target width), P blocks,
-m = P d UT width, B batch, T tokens, Q routed (non-leaf) blocks, F_j the width
-a level holds.
+m = P d UT width, B batch, T tokens (S: as keys), Q routed (non-leaf) blocks
+(in attention shapes: query rows), F_j the width a level holds, D the width
+of X (d, or any width for `sparse_apply`'s paths), N = H T (head, query) rows.
 
 Blocks of width d are indexed by strings over the heads {0..H-1}:
   ("s", s) for |s| <= L        state blocks; E puts C_s there;
@@ -317,12 +318,19 @@ def sparse_apply(
   level 0 from E, so no level wider than the root is built; X may have any
   width D (E is (D, m)). order="levels" (`_apply_levels`) routes the levels
   of the m-wide state (`route_levels`; D = d). Both compute the same
-  function (up to float rounding); paths does fewer operations
-  (benchmarks/sparse_bench.py times both). With last_only, the last row's
+  function (up to float rounding). With D = d the paths do fewer
+  multiply-adds (benchmarks/sparse_bench.py times both); for a wide X
+  (one-hot tokens and positions) count them
+  (`ut.cpu.forward.sparse_string_costs`). With last_only, the last row's
   output alone, (B, 1, d): the paths route only its query in the last layer.
   """
   if order not in ORDERS:
     raise ValueError(f"order={order!r}; use one of {ORDERS}")
+  if order == "levels" and x_BxTxD.shape[-1] != ut.width:
+    raise ValueError(
+        f"order='levels' needs X of the block width d = {ut.width}, got "
+        f"{x_BxTxD.shape[-1]}; order='paths' takes any width"
+    )
   kw = dict(causal=causal, residual=residual, precision=precision)
   if order == "paths":
     y = _apply_paths(ut, embed_DxM, x_BxTxD, last_only=last_only, **kw)
@@ -379,7 +387,7 @@ def _apply_paths(
     )
     if last:
       # Level 1's state block (s, g) gets E's level-k+1 blocks (s, u.g).
-      level1_BxTxHxD = sum(
+      level1_BxTxHxd = sum(
           jnp.einsum(
               "bkt,kgf->btgf",
               p,
@@ -389,7 +397,7 @@ def _apply_paths(
           for k, p in paths.items()
       )
       y = jnp.einsum(
-          "bgts,bsgf->btf", a_BxHxTxS, level1_BxTxHxD, precision=precision
+          "bgts,bsgf->btf", a_BxHxTxS, level1_BxTxHxd, precision=precision
       )
       if residual:
         y = y + level0[:, -y.shape[1] :, :d]
