@@ -19,31 +19,22 @@ Cases: configs/khop.py:model=sparse,variant=attn at k = 2 (m = 928) and
 k = 3 (m = 1952), and configs/dyck.py:model=sparse,variant=attn (m = 416).
 """
 
-import statistics
-import time
 from unittest import mock
 
 from absl import app
-from absl import flags
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks import step_pairs
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from ut.cpu import forward as cpu_forward
-from ut.io import roofline as roofline_lib
 from ut.training import data as data_lib
 from ut.training import train
 
-_REPEATS = flags.DEFINE_integer(
-    "repeats", 7, "Timed rounds (medians reported).", lower_bound=1
-)
-_STEPS = flags.DEFINE_integer(
-    "steps", 3, "Steps per timed round.", lower_bound=1
-)
-_CASES = flags.DEFINE_list(
-    "cases", ["khop_k2", "khop_k3", "dyck"], "Cases to time."
+_REPEATS, _STEPS, _CASES = step_pairs.define_flags(
+    ["khop_k2", "khop_k3", "dyck"]
 )
 
 
@@ -89,31 +80,21 @@ def _case(config):
 def main(argv):
   del argv
   configs = _configs()
-  unknown = sorted(set(_CASES.value) - set(configs))
-  if unknown:
-    raise SystemExit(f"unknown --cases {unknown}; use some of {list(configs)}")
-  gflops = roofline_lib.rate(roofline_lib.make())[0] / 1e9
+  step_pairs.check_cases(_CASES.value, configs)
+  head = step_pairs.header("paths", _REPEATS.value, _STEPS.value)
   cases = {name: _case(configs[name]) for name in _CASES.value}
-  times = {name: {k: [] for k in ORDERS} for name in cases}
-  for _ in range(_REPEATS.value):
-    for name, (_, steps, states, batch) in cases.items():
-      for k, step in steps.items():
-        start = time.perf_counter()
-        for _ in range(_STEPS.value):
-          states[k], metrics = step(states[k], batch)
-        jax.block_until_ready(metrics)
-        times[name][k].append((time.perf_counter() - start) / _STEPS.value)
-  print(
-      f"[paths] jax {jax.__version__} on {jax.default_backend()}; 2048^2 "
-      f"matmul {gflops:.0f} GFLOP/s; medians of {_REPEATS.value} interleaved "
-      f"rounds of {_STEPS.value} steps; states equal after 2 steps"
+  ms = step_pairs.median_ms(
+      {name: case[1:] for name, case in cases.items()},
+      _REPEATS.value,
+      _STEPS.value,
   )
+  print(head)
   print(
       f"  {'case':<9} {'m':>5} {'levels ms':>9} {'paths ms':>8} {'ratio':>6}"
       f" {'madds ratio':>11} {'apply runs':>10}"
   )
-  for name, t in times.items():
-    slow, fast = (1e3 * statistics.median(t[k]) for k in ("levels", "paths"))
+  for name, t in ms.items():
+    slow, fast = t["levels"], t["paths"]
     spec, _, _, batch = cases[name]
     n = batch["tokens"].shape[1]
     paths, levels = cpu_forward.sparse_string_costs(spec, n, spec.last_only)

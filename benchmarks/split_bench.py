@@ -23,30 +23,21 @@ Cases (the coefficient form, `ut.cpu.forward.coefficient_form`, holds in each):
 """
 
 import functools
-import statistics
-import time
 
 from absl import app
-from absl import flags
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks import step_pairs
 from configs import dyck as dyck_config
 from configs import khop as khop_config
-from ut.io import roofline as roofline_lib
 from ut.training import data as data_lib
 from ut.training import models
 from ut.training import train
 
-_REPEATS = flags.DEFINE_integer(
-    "repeats", 7, "Timed rounds (medians reported).", lower_bound=1
-)
-_STEPS = flags.DEFINE_integer(
-    "steps", 3, "Steps per timed round.", lower_bound=1
-)
-_CASES = flags.DEFINE_list(
-    "cases", ["learnability", "khop_k3", "dyck"], "Cases to time."
+_REPEATS, _STEPS, _CASES = step_pairs.define_flags(
+    ["learnability", "khop_k3", "dyck"]
 )
 
 
@@ -83,28 +74,14 @@ def _case(config):
 def main(argv):
   del argv
   configs = _configs()
-  unknown = sorted(set(_CASES.value) - set(configs))
-  if unknown:
-    raise SystemExit(f"unknown --cases {unknown}; use some of {list(configs)}")
-  gflops = roofline_lib.rate(roofline_lib.make())[0] / 1e9
+  step_pairs.check_cases(_CASES.value, configs)
+  head = step_pairs.header("split", _REPEATS.value, _STEPS.value)
   cases = {name: _case(configs[name]) for name in _CASES.value}
-  times = {name: {"stacked": [], "split": []} for name in cases}
-  for _ in range(_REPEATS.value):
-    for name, (steps, states, batch) in cases.items():
-      for k, step in steps.items():
-        start = time.perf_counter()
-        for _ in range(_STEPS.value):
-          states[k], metrics = step(states[k], batch)
-        jax.block_until_ready(metrics)
-        times[name][k].append((time.perf_counter() - start) / _STEPS.value)
-  print(
-      f"[split] jax {jax.__version__} on {jax.default_backend()}; 2048^2 "
-      f"matmul {gflops:.0f} GFLOP/s; medians of {_REPEATS.value} interleaved "
-      f"rounds of {_STEPS.value} steps; states equal after 2 steps"
-  )
+  ms = step_pairs.median_ms(cases, _REPEATS.value, _STEPS.value)
+  print(head)
   print(f"  {'case':<13} {'stacked ms':>10} {'split ms':>9} {'ratio':>6}")
-  for name, t in times.items():
-    slow, fast = (1e3 * statistics.median(t[k]) for k in ("stacked", "split"))
+  for name, t in ms.items():
+    slow, fast = t["stacked"], t["split"]
     print(f"  {name:<13} {slow:10.1f} {fast:9.1f} {slow / fast:6.2f}")
   print("  ratio = stacked ms / split ms")
 
