@@ -142,6 +142,82 @@ class LearnabilityRunTest(absltest.TestCase):
     self.assertEqual(again["per_run"], self.result["per_run"])
     self.assertEqual(before, {p: os.path.getmtime(p) for p in metrics})
 
+  def _copy_of_workdir(self):
+    """A new workdir holding this one's target, programs and runs."""
+    workdir = self.create_tempdir().full_path
+    for folder in ("target", "programs", "runs"):
+      shutil.copytree(
+          os.path.join(self.workdir, folder), os.path.join(workdir, folder)
+      )
+    return workdir
+
+  def test_scratch_false_leaves_out_the_random_start(self):
+    workdir = self._copy_of_workdir()
+    config = self.config.copy_and_resolve_references()
+    config.scratch = False
+    with mock.patch.object(
+        train, "train_and_evaluate", side_effect=AssertionError("trained")
+    ):
+      result = learnability.run(config, workdir)
+    starts = {(r["ut"], r["start"]) for r in result["rows"]}
+    want = {
+        (ut, learnability.start_name(s))
+        for ut in config.constructions
+        for s in config.noises
+    }
+    self.assertEqual(starts, want)
+    self.assertIsNone(result.get("pending"))
+    config.noises = ()
+    cli_helpers.assert_user_error(
+        self,
+        r"config.noises is empty and config.scratch is False",
+        learnability.run,
+        config,
+        self.create_tempdir().full_path,
+    )
+
+  def test_runs_on_an_accelerator_count_apart_from_core_minutes(self):
+    rows = self.result["rows"]
+    self.assertTrue(all(r["accelerator_runs"] == 0 for r in rows))
+    self.assertNotIn("on an accelerator", learnability.markdown(self.result))
+    gpu = dict(
+        rows[0],
+        train_minutes=0.0,
+        accelerator_runs=2,
+        accelerator_minutes=90.0,
+        accelerators="NVIDIA H200",
+    )
+    text = learnability.markdown(dict(self.result, rows=[gpu] + rows[1:]))
+    cpu = sum(r["train_minutes"] for r in rows[1:])
+    self.assertIn(f"Training: {cpu:.0f} core-minutes on the CPU", text)
+    self.assertIn("2 runs trained on NVIDIA H200 instead", text)
+    self.assertIn("90 minutes of their training steps", text)
+
+  def test_a_finished_run_of_another_lr_is_refused(self):
+    workdir = self._copy_of_workdir()
+    config = self.config.copy_and_resolve_references()
+    config.lr.sparse = config.lr.sparse / 10
+    with mock.patch.object(
+        train, "train_and_evaluate", side_effect=AssertionError("trained")
+    ):
+      cli_helpers.assert_user_error(
+          self,
+          r"sparse_noise=0_seed=0 was trained with another config \(differs"
+          r" in train.lr\); move that run folder away",
+          learnability.run,
+          config,
+          workdir,
+      )
+
+  def test_each_ut_trains_at_its_own_lr(self):
+    for ut in self.config.constructions:
+      with open(
+          os.path.join(
+              self.workdir, "runs", f"{ut}_noise=0_seed=0", "config.json"
+          )
+      ) as f:
+        self.assertEqual(json.load(f)["train"]["lr"], self.config.lr[ut], ut)
+
   def test_an_interrupted_run_leaves_a_partial_report_and_continues(self):
     workdir = tempfile.mkdtemp(prefix="learnability_partial_")
     shutil.copytree(self.workdir, workdir, dirs_exist_ok=True)
@@ -286,6 +362,8 @@ class NoisyProgramTest(absltest.TestCase):
         ("noises", (0.0, 1.0, 1), r"config.noises=.*distinct noise sizes"),
         ("constructions", (), r"config.constructions=\(\); use sparse"),
         ("constructions", ("sparse", "sparse"), r"each once"),
+        ("lr", dict(sparse=1e-2, random=0.0), r"config.lr.random=0.0; use"),
+        ("lr", dict(sparse=1e-2), r"config.lr.random=None; use a learning"),
     ):
       config = learnability_config.get_config("smoke")
       config[field] = value

@@ -299,14 +299,32 @@ class SweepTest(absltest.TestCase):
     self.assertAlmostEqual(row["core_minutes"], (60 + 90) / 60)
     self.assertEqual(row["trained_runs"], 2)
     compiled = dict(row, seeds=3, trained_runs=0, core_minutes=0.0)
+    self.assertEqual(row["accelerator_runs"], 0)
     self.assertEqual(
-        sweep.cost_note([dict(row, core_minutes=90.0), compiled], 150.4)[:54],
-        "Training: 1.5 core-hours over 2 trained runs (each run",
+        sweep.cost_note([dict(row, core_minutes=90.0), compiled], 150.4)[:65],
+        "Training: 1.5 core-hours over 2 runs trained on the CPU (each run",
     )
     self.assertIn(
         "matmul when this table was written: 150 GFLOP/s",
         sweep.cost_note([row], 150.4),
     )
+    self.assertNotIn("wall time", sweep.cost_note([row], 150.4))
+    # A run trained on an accelerator counts apart, in wall minutes.
+    path = os.path.join(workdir, "runs", grouped, "metrics.json")
+    with open(path) as f:
+      metrics = json.load(f)
+    reports.write_json(
+        path, dict(metrics, provenance=dict(device="NVIDIA H200"))
+    )
+    [row] = sweep.aggregate(workdir, [logged, grouped])
+    self.assertAlmostEqual(row["core_minutes"], 1.0)
+    self.assertAlmostEqual(row["accelerator_minutes"], 1.5)
+    self.assertEqual(
+        (row["accelerator_runs"], row["accelerators"]), (1, "NVIDIA H200")
+    )
+    note = sweep.cost_note([row], 150.4)
+    self.assertIn("0.0 core-hours over 1 runs trained on the CPU", note)
+    self.assertIn("1 runs trained on NVIDIA H200: 2 minutes of wall time", note)
 
   @pytest.mark.slow
   def test_runs_recorded_with_another_config(self):

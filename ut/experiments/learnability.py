@@ -79,6 +79,7 @@ def ut_config(config, ut_spec, construction, seed):
     c.model.m = ut_spec.m
     c.model.head_width = ut_spec.head_width
   c.compiled = ""
+  c.train.lr = config.lr[construction]
   return c
 
 
@@ -123,6 +124,22 @@ def _finished(workdir, construction, noise, seed):
   )
 
 
+def _check_recorded_config(config, run_dir):
+  """A UserError if a finished run was trained with another config than
+  `config` (its warm start's path aside): e.g. at another learning rate."""
+  path = os.path.join(run_dir, "config.json")
+  recorded = train.stored_config(_read(path)) if os.path.exists(path) else {}
+  now = train.stored_config(json.loads(config.to_json_best_effort()))
+  for c in (recorded, now):
+    c.get("train", {}).pop("init_params", None)
+  diff = train.config_diff(recorded, now)
+  if diff:
+    raise UserError(
+        f"{run_dir} was trained with another config (differs in "
+        f"{', '.join(diff[:4])}); move that run folder away to train it again"
+    )
+
+
 def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
   """Trains (or resumes) one UT run; returns its metrics.json with its name
   and the start's test accuracy (start.json) added."""
@@ -147,6 +164,8 @@ def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
     reports.write_json(start_path, dict(start_accuracy=acc))
   if not os.path.exists(metrics_path):
     train.train_and_evaluate(c, run_dir)
+  else:
+    _check_recorded_config(c, run_dir)
   return dict(
       _read(metrics_path),
       **_read(start_path),
@@ -206,11 +225,10 @@ def run(config, workdir):
     )
     logging.info("%s program: %s", construction, programs[construction])
   # The table's order: per UT, the random start, then the noise sizes.
-  order = [
-      (c, noise)
-      for c in config.constructions
-      for noise in [None] + sorted(config.noises)
-  ]
+  starts = ([None] if config.get("scratch", True) else []) + sorted(
+      config.noises
+  )
+  order = [(c, noise) for c in config.constructions for noise in starts]
   rows, per_run = {}, {}
   target = dict(
       step=step,
@@ -328,7 +346,23 @@ def _row(construction, ut_spec, noise, results):
       successes=len(wins),
       median_steps_to_99=float(np.median(first)) if first else None,
       max_steps=max(r["step"] for r in results),
-      train_minutes=float(sum(r["train_minutes"] for r in results)),
+      # On the CPU; runs trained on an accelerator count apart.
+      train_minutes=float(
+          sum(r["train_minutes"] for r in results if sweep.on_cpu(r))
+      ),
+      accelerator_runs=sum(not sweep.on_cpu(r) for r in results),
+      accelerator_minutes=float(
+          sum(r["train_minutes"] for r in results if not sweep.on_cpu(r))
+      ),
+      accelerators=";".join(
+          sorted(
+              {
+                  r["provenance"]["device"]
+                  for r in results
+                  if not sweep.on_cpu(r)
+              }
+          )
+      ),
       runs=";".join(r["name"] for r in results),
   )
 
@@ -365,6 +399,11 @@ def markdown(result):
             median_step_to_99=reports.step(r["median_steps_to_99"]),
             max_steps=r["max_steps"],
             core_minutes=r["train_minutes"],
+            **(
+                {"on an accelerator": r["accelerator_runs"]}
+                if any(x.get("accelerator_runs") for x in result["rows"])
+                else {}
+            ),
         )
     )
   lines.append(reports.format_table(table, floatfmt="{:.3g}"))
@@ -384,6 +423,19 @@ def markdown(result):
       f"its training steps, from its log). 2048^2 float32 matmul when this "
       f"command ran: {result['dot_gflops']:.0f} GFLOP/s.",
   ]
+  gpu_runs = sum(r.get("accelerator_runs", 0) for r in result["rows"])
+  if gpu_runs:
+    names = {
+        n for r in result["rows"] for n in r["accelerators"].split(";") if n
+    }
+    minutes = sum(r["accelerator_minutes"] for r in result["rows"])
+    lines[-1] = lines[-1].replace(
+        "core-minutes in all", "core-minutes on the CPU"
+    ) + (
+        f" {gpu_runs} runs trained on {' and '.join(sorted(names))} instead"
+        f" (column 'on an accelerator'): {minutes:.0f} minutes of their"
+        " training steps, the accelerator shared with other processes."
+    )
   return "\n".join(lines) + "\n"
 
 
@@ -420,6 +472,17 @@ def check_config(config):
     raise UserError(
         f"config.noises={tuple(config.noises)!r}; use distinct noise sizes"
     )
+  if not config.noises and not config.get("scratch", True):
+    raise UserError(
+        "config.noises is empty and config.scratch is False: no run to "
+        "train; give noise sizes or set config.scratch=True"
+    )
+  for c in constructions:
+    lr = config.lr.get(c)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0:
+      raise UserError(
+          f"config.lr.{c}={lr!r}; use a learning rate > 0 for each UT"
+      )
   if not config.seeds or len(set(config.seeds)) != len(config.seeds):
     raise UserError(
         f"config.seeds={tuple(config.seeds)!r}; use distinct seeds, e.g. 0,1,2"

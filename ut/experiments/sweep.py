@@ -744,7 +744,23 @@ def aggregate(workdir, names):
             # Compiled-UT runs train nothing (their target's time is its own
             # row's).
             trained_runs=len(trained),
-            core_minutes=sum(_run_minutes(workdir, r) for r in trained),
+            core_minutes=sum(
+                _run_minutes(workdir, r) for r in trained if on_cpu(r)
+            ),
+            # Runs trained on an accelerator: their wall minutes, apart.
+            accelerator_runs=sum(not on_cpu(r) for r in trained),
+            accelerator_minutes=sum(
+                _run_minutes(workdir, r) for r in trained if not on_cpu(r)
+            ),
+            accelerators=";".join(
+                sorted(
+                    {
+                        r["provenance"]["device"]
+                        for r in trained
+                        if not on_cpu(r)
+                    }
+                )
+            ),
             runs=";".join(sorted(r["name"] for r in results)),
         )
     )
@@ -778,17 +794,37 @@ def _run_minutes(workdir, metrics):
   return minutes
 
 
+def on_cpu(metrics):
+  """Whether a recorded run trained on a CPU (runs recorded before the
+  device was, did)."""
+  return (metrics.get("provenance") or {}).get("device", "cpu") == "cpu"
+
+
 def cost_note(rows, dot_gflops):
-  """One line: the table's training time in core-hours (each row's
-  `core_minutes`) beside the machine's matmul speed (GFLOP/s)."""
-  runs = sum(r["trained_runs"] for r in rows)
+  """One line: the table's CPU training time in core-hours (each row's
+  `core_minutes`) beside the machine's matmul speed (GFLOP/s), and the wall
+  minutes of the runs trained on an accelerator, if any."""
+  gpu_runs = sum(r.get("accelerator_runs", 0) for r in rows)
+  runs = sum(r["trained_runs"] for r in rows) - gpu_runs
   hours = sum(r["core_minutes"] for r in rows) / 60
-  return (
-      f"Training: {hours:.1f} core-hours over {runs} trained runs (each run's "
-      f"training steps, from its log; evaluation and compilation not "
-      f"counted). 2048^2 float32 matmul when this table was written: "
+  note = (
+      f"Training: {hours:.1f} core-hours over {runs} runs trained on the CPU "
+      f"(each run's training steps, from its log; evaluation and compilation "
+      f"not counted). 2048^2 float32 matmul when this table was written: "
       f"{dot_gflops:.0f} GFLOP/s."
   )
+  if gpu_runs:
+    names = sorted(
+        {n for r in rows for n in (r.get("accelerators") or "").split(";")}
+        - {""}
+    )
+    minutes = sum(r["accelerator_minutes"] for r in rows)
+    note += (
+        f" {gpu_runs} runs trained on {' and '.join(names)}: {minutes:.0f} "
+        "minutes of wall time (a vmapped group's time shared among its runs;"
+        " the accelerator may have been shared with other processes)."
+    )
+  return note
 
 
 def std(values):
