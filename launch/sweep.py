@@ -5,7 +5,9 @@ all devices, skipping runs already finished in W, and writes W/table.{csv,json,m
 and, when the config file has the paper's numbers (PAPER, PANEL), W/paper.md.
 Compiled steps are cached in W/jax_cache (JAX's persistent compilation cache):
 runs that differ only in their seed, and a restarted sweep, load the step
-instead of compiling it again.
+instead of compiling it again. A vmapped group checkpoints in W/groups/<hash>
+every train.checkpoint_every steps (in a one-process sweep): a restarted sweep
+resumes it there.
 
 Several hosts (or several processes on one machine): start the same command
 on every host with --distributed, which calls jax.distributed.initialize().

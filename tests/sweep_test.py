@@ -206,6 +206,47 @@ class SweepTest(absltest.TestCase):
       )
       self.assertEqual(result["test_accuracy"], want["test_accuracy"], i)
 
+  def test_an_interrupted_group_resumes_from_its_checkpoint(self):
+    """A group stopped at step 9 (after its checkpoint at step 8) and run
+    again ends as the same group run through: the same params, curves and
+    scores for both runs, run 0 having stopped early (at step 4) before the
+    interruption."""
+    configs = []
+    for lr in (1e-3, 2e-3):
+      config = sweep_config.get_config("model=random,smoke")
+      config.train.update(steps=12, lr=lr, schedule="constant")
+      configs.append(config)
+    self.assertEqual(configs[0].train.checkpoint_every, 2)
+    rule = lambda tc, curve: (
+        "test stop" if tc.lr == 1e-3 and len(curve) >= 2 else None
+    )
+    batch = train.train_batch
+
+    def interrupted(config, task, step):
+      if step == 9:
+        raise KeyboardInterrupt
+      return batch(config, task, step)
+
+    folder = os.path.join(self.create_tempdir().full_path, "group")
+    with mock.patch.object(train, "stop_reason", rule):
+      want = sweep.train_group(configs)
+      with mock.patch.object(train, "train_batch", interrupted):
+        with self.assertRaises(KeyboardInterrupt):
+          sweep.train_group(configs, folder)
+      self.assertTrue(os.path.exists(os.path.join(folder, "stopped_0.npz")))
+      with mock.patch.object(
+          train, "train_loop", wraps=train.train_loop
+      ) as loop:
+        got = sweep.train_group(configs, folder)
+    self.assertEqual(loop.call_args.kwargs["start_step"], 8)
+    self.assertEqual(
+        loop.call_args.kwargs["resumed"]["stopped"], {0: (4, "test stop")}
+    )
+    for i in range(2):
+      self.assertEqual(got[i].pop("resumed_at_step"), 8)
+      self.assertEqual(got[i], want[i], i)
+    self.assertEqual([r["step"] for r in got], [4, 12])
+
   def test_a_run_that_stops_early_in_a_group_keeps_its_params(self):
     """Run 0 stops at the second evaluation while run 1 and the vmapped
     group's state train on: run 0 keeps its params of that step, those of a
@@ -267,6 +308,8 @@ class SweepTest(absltest.TestCase):
     self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
     self.assertIn("1 to do", proc.stderr)
     self.assertTrue(os.path.exists(path))
+    # The group had a checkpoint folder, gone once its run was recorded.
+    self.assertEqual(os.listdir(os.path.join(tmp, "groups")), [])
     for n, mtime in others.items():
       self.assertEqual(
           os.path.getmtime(os.path.join(tmp, "runs", n, "metrics.json")), mtime

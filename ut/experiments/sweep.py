@@ -30,12 +30,14 @@ a one-process rerun of the same command.
 
 import csv
 import functools
+import hashlib
 import importlib.util
 import inspect
 import json
 import math
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -47,6 +49,7 @@ from jax.sharding import AxisType
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
+import orbax.checkpoint as ocp
 
 from ut.cpu import workers
 from ut.errors import UserError
@@ -155,13 +158,59 @@ def _stack(trees):
   return jax.tree.map(lambda *a: np.stack(a), *trees)
 
 
-def train_group(configs):
+def group_folder(workdir, configs):
+  """Where a vmapped group of these configs keeps its checkpoints: named by
+  the configs and the device count (the stacked state's run axis)."""
+  key = "\n".join(
+      [str(jax.device_count())] + [c.to_json_best_effort() for c in configs]
+  )
+  digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+  return os.path.join(workdir, "groups", digest)
+
+
+def _save_stopped(folder, run, params):
+  """A stopped run's params, kept beside the group's checkpoints."""
+  path = os.path.join(folder, f"stopped_{run}.npz")
+  with tempfile.NamedTemporaryFile(
+      dir=folder, suffix=".npz", delete=False
+  ) as f:
+    np.savez(f, *[np.asarray(x) for x in jax.tree.leaves(params)])
+  os.replace(f.name, path)
+
+
+def _load_stopped(folder, run, like):
+  with np.load(os.path.join(folder, f"stopped_{run}.npz")) as z:
+    leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
+  return jax.tree.unflatten(jax.tree.structure(like), leaves)
+
+
+def _restore_group(folder, mngr, state):
+  """(state, start_step, progress) from the group's latest checkpoint, or
+  (state, 0, None) where it has none."""
+  step = mngr.latest_step()
+  if not step:
+    return state, 0, None
+  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+  restored = mngr.restore(
+      step,
+      args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract),
+          progress=ocp.args.JsonRestore(),
+      ),
+  )
+  logging.info("group resumed from %s at step %d", folder, step)
+  return restored.state, step, restored.progress
+
+
+def train_group(configs, folder=None):
   """Trains R runs of one shape group at once; returns one metrics dict per run.
 
   The same loop as one run's (`train.train_loop`), over a vmap of the same
   `train.train_step`, the same batches (`train.train_batch`) and the same
-  evaluation (`train.held_out_metrics`), with no checkpoints: a run's result
-  is recorded when the group finishes. The runs, not each run's batch, are
+  evaluation (`train.held_out_metrics`). With `folder` (one process only;
+  `group_folder`), the group saves its stacked state and its runs' progress
+  there every train.checkpoint_every steps and resumes from them, as one run
+  does; a run's result is recorded when the group finishes. The runs, not each run's batch, are
   spread over all devices of all processes, padded to a multiple of their
   number: config.train.data_parallel does not apply here (a `cpu` section's
   compiler options do, configs/cpu.py). Every process runs this alike and ends with
@@ -182,6 +231,14 @@ def train_group(configs):
   ]
   tx, _ = train.make_optimizer(first, states[0].params, spec)
   shard = NamedSharding(mesh, P("runs"))
+  stacked, start_step, progress = _stack(states), 0, None
+  mngr = None
+  if folder is not None:
+    os.makedirs(folder, exist_ok=True)
+    mngr = train.checkpoint_manager(folder)
+    stacked, start_step, progress = _restore_group(folder, mngr, stacked)
+  progress = progress or {}
+  as_ints = lambda d: {int(k): v for k, v in (d or {}).items()}
   # Metrics are copied to every device, so that every process reads them all.
   step_fn = jax.jit(
       jax.vmap(functools.partial(train.train_step, spec=spec, tx=tx)),
@@ -199,24 +256,56 @@ def train_group(configs):
         for i in indices
     }
 
-  stopped_params = {}  # A run that stops early keeps that step's params.
+  # A run that stops early keeps that step's params.
+  stopped = {i: tuple(v) for i, v in as_ints(progress.get("stopped")).items()}
+  stopped_params = {
+      i: _load_stopped(folder, i, states[0].params) for i in stopped
+  }
 
   def on_stop(i, step, state):
     stopped_params[i] = _run(_fetch(state.params), i)
+    if folder is not None:
+      _save_stopped(folder, i, stopped_params[i])
 
-  result = train.train_loop(
-      _place(_stack(states), shard),
-      step_fn,
-      lambda step: _place(
-          _stack([train.train_batch(c, task, step) for c in runs]), shard
-      ),
-      configs,
-      evaluate=evaluate,
-      on_stop=on_stop,
-      name=f"group of {len(configs)} runs on {mesh.size} device(s)",
-  )
+  def save(step, state, progress):
+    mngr.save(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            progress=ocp.args.JsonSave(progress),
+        ),
+    )
+
+  try:
+    result = train.train_loop(
+        _place(stacked, shard),
+        step_fn,
+        lambda step: _place(
+            _stack([train.train_batch(c, task, step) for c in runs]), shard
+        ),
+        configs,
+        evaluate=evaluate,
+        on_stop=on_stop,
+        save=save if mngr is not None else None,
+        start_step=start_step,
+        last_loss=progress.get("last_loss"),
+        curves={
+            i: [tuple(p) for p in c]
+            for i, c in as_ints(progress.get("curves")).items()
+        },
+        resumed=dict(
+            evals=as_ints(progress.get("evals")),
+            stopped=stopped,
+            diverged=as_ints(progress.get("diverged")),
+        ),
+        name=f"group of {len(configs)} runs on {mesh.size} device(s)",
+    )
+  finally:
+    if mngr is not None:
+      mngr.wait_until_finished()
+      mngr.close()
   params = _fetch(result.state.params)
-  return [
+  results = [
       _diverged(config, result.diverged[i])
       if i in result.diverged
       else train.run_summary(
@@ -229,6 +318,10 @@ def train_group(configs):
       )
       for i, config in enumerate(configs)
   ]
+  if start_step:  # Its recorded seconds count from here.
+    for r in results:
+      r["resumed_at_step"] = start_step
+  return results
 
 
 def _place(tree, sharding):
@@ -381,8 +474,12 @@ def run_sweep(
       plain = [(n, c) for n, c in pending if not c.get("compiled")]
       compiled_runs = [(n, c) for n, c in pending if c.get("compiled")]
       pending = plain + compiled_runs
+      folder = None
       if vmapped and plain:
-        results = train_group([c for _, c in plain])
+        # One process checkpoints the group (several would all write it).
+        if jax.process_count() == 1:
+          folder = group_folder(workdir, [c for _, c in plain])
+        results = train_group([c for _, c in plain], folder)
       else:  # Each run is a plain training run, checkpointed in its own folder.
         results = [_train_one(c, _run_dir(workdir, n)) for n, c in plain]
       # A compiled run whose target diverged here is recorded, not retrained.
@@ -414,6 +511,8 @@ def run_sweep(
         )
         if writer:
           reports.write_json(_metrics_path(workdir, name), result)
+      if folder is not None:  # Its runs are recorded: the state is spent.
+        shutil.rmtree(folder, ignore_errors=True)
       logging.info(
           "group done in %.1fs: %s",
           seconds,

@@ -923,7 +923,7 @@ def train_and_evaluate(config, workdir):
         curves={0: eval_log.curve()},
         on_log=on_log,
         on_eval=on_eval,
-        save=lambda step, state: mngr.save(
+        save=lambda step, state, _: mngr.save(
             step, args=ocp.args.StandardSave(state)
         ),
     )
@@ -993,6 +993,7 @@ def train_loop(
     on_stop=None,
     save=None,
     curves=None,
+    resumed=None,
     name="",
 ):
   """The training loop of one run (`train_and_evaluate`) and of a vmapped sweep
@@ -1016,10 +1017,15 @@ def train_loop(
     on_eval: (run, step, metrics) after each evaluation.
     on_stop: (run, step, state) when a run stops early, with the state of
       that step (for a group: take the run's share before training goes on).
-    save: (step, state), every train.checkpoint_every steps, after the last,
-      and when the last run training stops early.
+    save: (step, state, progress), every train.checkpoint_every steps, after
+      the last, and when the last run training stops early; progress is what
+      a resumed group needs besides the state, a JSON-safe dict of last_loss,
+      curves, evals, stopped and diverged (runs keyed by their index).
     curves: {run: [(step, accuracy)]}, the held-out curve before start_step
       (a resumed run's, so that early stopping sees all of it).
+    resumed: a saved progress's evals, stopped and diverged (runs keyed by
+      int): the runs that stopped or diverged before start_step train no
+      more and keep that record.
     name: a prefix for the log lines.
 
   A run whose loss becomes NaN or inf stops counting: its diagnosis goes to
@@ -1034,9 +1040,14 @@ def train_loop(
   eval_every, save_every = first.eval.every, first.train.checkpoint_every
   schedules = [lr_schedule(c.train, c.train.lr) for c in configs]
   last_loss = list(last_loss or [None] * len(configs))
-  diverged, evals, stopped = {}, {}, {}
+  resumed = resumed or {}
+  diverged = dict(resumed.get("diverged", {}))
+  evals = dict(resumed.get("evals", {}))
+  stopped = dict(resumed.get("stopped", {}))
   curves = {i: list((curves or {}).get(i, [])) for i in range(len(configs))}
-  training = list(range(len(configs)))
+  training = [
+      i for i in range(len(configs)) if i not in stopped and i not in diverged
+  ]
   prefix = f"{name}: " if name else ""
   done, t_last, s_last = start_step, time.perf_counter(), start_step
 
@@ -1122,7 +1133,14 @@ def train_loop(
     if save is not None and (
         done % save_every == 0 or done == steps or not training
     ):
-      save(done, state)
+      progress = dict(
+          last_loss=last_loss,
+          curves=curves,
+          evals=evals,
+          stopped=stopped,
+          diverged=diverged,
+      )
+      save(done, state, json.loads(json.dumps(progress, default=float)))
     if not training:
       break
   # Nothing trained here (a finished or stopped run resumed): evaluate the
