@@ -30,6 +30,7 @@ from ut.errors import UserError
 from ut.experiments import sweep
 from ut.io import reports
 from ut.training import data as data_lib
+from ut.training import models
 from ut.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -212,9 +213,10 @@ class SweepTest(absltest.TestCase):
     scores for both runs, run 0 having stopped early (at step 4) before the
     interruption."""
     configs = []
-    for lr in (1e-3, 2e-3):
+    for ut_seed, lr in enumerate((1e-3, 2e-3)):
       config = sweep_config.get_config("model=random,smoke")
       config.train.update(steps=12, lr=lr, schedule="constant")
+      config.model.ut_seed = ut_seed  # Each run's frozen UT is its own.
       configs.append(config)
     self.assertEqual(configs[0].train.checkpoint_every, 2)
     rule = lambda tc, curve: (
@@ -233,7 +235,20 @@ class SweepTest(absltest.TestCase):
       with mock.patch.object(train, "train_batch", interrupted):
         with self.assertRaises(KeyboardInterrupt):
           sweep.train_group(configs, folder)
-      self.assertTrue(os.path.exists(os.path.join(folder, "stopped_0.npz")))
+      # Only the trained leaves are kept (E and U): the frozen UT is redrawn.
+      with np.load(os.path.join(folder, "stopped_0.npz")) as saved:
+        spec = train.model_spec(configs[0], data_lib.make_task(configs[0]).info)
+        params = train.init_state(configs[0], spec)[0].params
+        trained = [
+            p.shape
+            for p, l in zip(
+                jax.tree.leaves(params),
+                jax.tree.leaves(models.labels(params, spec)),
+            )
+            if l == "train"
+        ]
+        self.assertEqual([saved[k].shape for k in saved.files], trained)
+        self.assertLess(len(trained), len(jax.tree.leaves(params)))
       with mock.patch.object(
           train, "train_loop", wraps=train.train_loop
       ) as loop:

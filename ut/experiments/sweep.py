@@ -55,6 +55,7 @@ from ut.cpu import workers
 from ut.errors import UserError
 from ut.io import reports
 from ut.training import data as data_lib
+from ut.training import models
 from ut.training import train
 from ut.training import trained_to_ut as compiled
 
@@ -168,29 +169,62 @@ def group_folder(workdir, configs):
   return os.path.join(workdir, "groups", digest)
 
 
-def _save_stopped(folder, run, params):
-  """A stopped run's params, kept beside the group's checkpoints."""
+def _trainable(params, labels):
+  """The leaves of params labelled "train" (`models.labels`), in tree order:
+  what a checkpoint keeps (the frozen ones come back from `models.init`)."""
+  leaves = jax.tree.leaves(params)
+  return [p for p, l in zip(leaves, jax.tree.leaves(labels)) if l == "train"]
+
+
+def _with_trainable(params, labels, trainable):
+  """params with its "train" leaves replaced, in tree order, by trainable."""
+  leaves, treedef = jax.tree.flatten(params)
+  saved = iter(trainable)
+  return treedef.unflatten(
+      [
+          next(saved) if l == "train" else p
+          for p, l in zip(leaves, jax.tree.leaves(labels))
+      ]
+  )
+
+
+def _save_stopped(folder, run, params, labels):
+  """A stopped run's trained params, kept beside the group's checkpoints."""
   path = os.path.join(folder, f"stopped_{run}.npz")
   with tempfile.NamedTemporaryFile(
       dir=folder, suffix=".npz", delete=False
   ) as f:
-    np.savez(f, *[np.asarray(x) for x in jax.tree.leaves(params)])
+    np.savez(f, *[np.asarray(x) for x in _trainable(params, labels)])
   os.replace(f.name, path)
 
 
-def _load_stopped(folder, run, like):
+def _load_stopped(folder, run, params, labels):
+  """The stopped run's params: its initial `params` with the saved leaves."""
   with np.load(os.path.join(folder, f"stopped_{run}.npz")) as z:
-    leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
-  return jax.tree.unflatten(jax.tree.structure(like), leaves)
+    saved = [z[f"arr_{i}"] for i in range(len(z.files))]
+  return _with_trainable(params, labels, saved)
 
 
-def _restore_group(folder, mngr, state):
+def _checkpointed(state, labels):
+  """What a group's checkpoint holds of its stacked state: no frozen leaf
+  (a random UT's m x m maps are regenerated from its seeds on restore)."""
+  return dict(
+      step=state.step,
+      trainable=_trainable(state.params, labels),
+      opt_state=state.opt_state,
+  )
+
+
+def _restore_group(folder, mngr, state, labels):
   """(state, start_step, progress) from the group's latest checkpoint, or
-  (state, 0, None) where it has none."""
+  (state, 0, None) where it has none; state is the group's initial stacked
+  state, whose frozen leaves the restored one keeps."""
   step = mngr.latest_step()
   if not step:
     return state, 0, None
-  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+  abstract = jax.tree.map(
+      ocp.utils.to_shape_dtype_struct, _checkpointed(state, labels)
+  )
   restored = mngr.restore(
       step,
       args=ocp.args.Composite(
@@ -198,8 +232,14 @@ def _restore_group(folder, mngr, state):
           progress=ocp.args.JsonRestore(),
       ),
   )
+  saved = restored.state
   logging.info("group resumed from %s at step %d", folder, step)
-  return restored.state, step, restored.progress
+  state = state.replace(
+      step=saved["step"],
+      params=_with_trainable(state.params, labels, saved["trainable"]),
+      opt_state=saved["opt_state"],
+  )
+  return state, step, restored.progress
 
 
 def train_group(configs, folder=None):
@@ -232,11 +272,14 @@ def train_group(configs, folder=None):
   tx, _ = train.make_optimizer(first, states[0].params, spec)
   shard = NamedSharding(mesh, P("runs"))
   stacked, start_step, progress = _stack(states), 0, None
+  labels = models.labels(states[0].params, spec)
   mngr = None
   if folder is not None:
     os.makedirs(folder, exist_ok=True)
     mngr = train.checkpoint_manager(folder)
-    stacked, start_step, progress = _restore_group(folder, mngr, stacked)
+    stacked, start_step, progress = _restore_group(
+        folder, mngr, stacked, labels
+    )
   progress = progress or {}
   as_ints = lambda d: {int(k): v for k, v in (d or {}).items()}
   # Metrics are copied to every device, so that every process reads them all.
@@ -259,19 +302,19 @@ def train_group(configs, folder=None):
   # A run that stops early keeps that step's params.
   stopped = {i: tuple(v) for i, v in as_ints(progress.get("stopped")).items()}
   stopped_params = {
-      i: _load_stopped(folder, i, states[0].params) for i in stopped
+      i: _load_stopped(folder, i, states[i].params, labels) for i in stopped
   }
 
   def on_stop(i, step, state):
     stopped_params[i] = _run(_fetch(state.params), i)
     if folder is not None:
-      _save_stopped(folder, i, stopped_params[i])
+      _save_stopped(folder, i, stopped_params[i], labels)
 
   def save(step, state, progress):
     mngr.save(
         step,
         args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
+            state=ocp.args.StandardSave(_checkpointed(state, labels)),
             progress=ocp.args.JsonSave(progress),
         ),
     )
