@@ -89,7 +89,8 @@ def get_config(arg=None):
   config.noises = (0.0, 0.01, 0.1, 0.3, 1.0, 3.0)
   config.seeds = (0, 1, 2)
   # The UT runs' protocol: configs/khop.py's (its kind, shapes and seed are
-  # set per run from the compiled UT), lr 1e-2 and a plateau stop.
+  # set per run from the compiled UT), each UT's lr (config.lr) and a
+  # plateau stop.
   config.ut = khop.get_config(
       f"model=sparse,variant=attn,k={args['k']}" + smoke
   )

@@ -4,6 +4,7 @@ resume; and config.train.init_params, the warm start it uses."""
 import csv
 import glob
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -191,6 +192,7 @@ class LearnabilityRunTest(absltest.TestCase):
     cpu = sum(r["train_minutes"] for r in rows[1:])
     self.assertIn(f"Training: {cpu:.0f} core-minutes on the CPU", text)
     self.assertIn("2 runs trained on NVIDIA H200 instead", text)
+    self.assertIn("may have been shared", text)
     self.assertIn("90 minutes of their training steps", text)
 
   def test_a_finished_run_of_another_lr_is_refused(self):
@@ -363,6 +365,7 @@ class NoisyProgramTest(absltest.TestCase):
         ("constructions", (), r"config.constructions=\(\); use sparse"),
         ("constructions", ("sparse", "sparse"), r"each once"),
         ("lr", dict(sparse=1e-2, random=0.0), r"config.lr.random=0.0; use"),
+        ("lr", dict(sparse=1e-2, random=math.nan), r"config.lr.random=nan"),
         ("lr", dict(sparse=1e-2), r"config.lr.random=None; use a learning"),
     ):
       config = learnability_config.get_config("smoke")

@@ -261,6 +261,12 @@ class SweepTest(absltest.TestCase):
       self.assertEqual(got[i].pop("resumed_at_step"), 8)
       self.assertEqual(got[i], want[i], i)
     self.assertEqual([r["step"] for r in got], [4, 12])
+    # Another group's shapes cannot resume from this folder: a one-line error.
+    wider = [c.copy_and_resolve_references() for c in configs]
+    for c in wider:
+      c.model.m *= 2
+    with self.assertRaisesRegex(UserError, r"holds a checkpoint this group"):
+      sweep.train_group(wider, folder)
 
   def test_a_run_that_stops_early_in_a_group_keeps_its_params(self):
     """Run 0 stops at the second evaluation while run 1 and the vmapped
@@ -382,7 +388,10 @@ class SweepTest(absltest.TestCase):
     )
     note = sweep.cost_note([row], 150.4)
     self.assertIn("0.0 core-hours over 1 runs trained on the CPU", note)
-    self.assertIn("1 runs trained on NVIDIA H200: 2 minutes of wall time", note)
+    self.assertIn("1 run trained on NVIDIA H200: 2 minutes of training", note)
+    self.assertNotIn("resumed", note)
+    note = sweep.cost_note([dict(row, resumed_runs=2)], 150.4)
+    self.assertIn("2 runs of resumed vmapped groups count only their", note)
 
   @pytest.mark.slow
   def test_runs_recorded_with_another_config(self):

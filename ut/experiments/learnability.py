@@ -128,7 +128,12 @@ def _check_recorded_config(config, run_dir):
   """A UserError if a finished run was trained with another config than
   `config` (its warm start's path aside): e.g. at another learning rate."""
   path = os.path.join(run_dir, "config.json")
-  recorded = train.stored_config(_read(path)) if os.path.exists(path) else {}
+  if not os.path.exists(path):
+    raise UserError(
+        f"{run_dir} has metrics.json but no config.json: its config is "
+        "unknown; move that run folder away to train it again"
+    )
+  recorded = train.stored_config(_read(path))
   now = train.stored_config(json.loads(config.to_json_best_effort()))
   for c in (recorded, now):
     c.get("train", {}).pop("init_params", None)
@@ -149,6 +154,8 @@ def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
   c = ut_config(config, ut_spec, construction, seed)
   start_path = os.path.join(run_dir, "start.json")
   metrics_path = os.path.join(run_dir, "metrics.json")
+  if os.path.exists(metrics_path):
+    _check_recorded_config(c, run_dir)
   if noise is not None:
     init = os.path.join(run_dir, "init.npz")
     needed = not (os.path.exists(metrics_path) and os.path.exists(start_path))
@@ -164,8 +171,6 @@ def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
     reports.write_json(start_path, dict(start_accuracy=acc))
   if not os.path.exists(metrics_path):
     train.train_and_evaluate(c, run_dir)
-  else:
-    _check_recorded_config(c, run_dir)
   return dict(
       _read(metrics_path),
       **_read(start_path),
@@ -432,9 +437,10 @@ def markdown(result):
     lines[-1] = lines[-1].replace(
         "core-minutes in all", "core-minutes on the CPU"
     ) + (
-        f" {gpu_runs} runs trained on {' and '.join(sorted(names))} instead"
-        f" (column 'on an accelerator'): {minutes:.0f} minutes of their"
-        " training steps, the accelerator shared with other processes."
+        f" {gpu_runs} run{'s' * (gpu_runs != 1)} trained on"
+        f" {' and '.join(sorted(names))} instead (column 'on an"
+        f" accelerator'): {minutes:.0f} minutes of their training steps"
+        " (the accelerator may have been shared with other processes)."
     )
   return "\n".join(lines) + "\n"
 
@@ -479,7 +485,11 @@ def check_config(config):
     )
   for c in constructions:
     lr = config.lr.get(c)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0:
+    if (
+        isinstance(lr, bool)
+        or not isinstance(lr, (int, float))
+        or not (math.isfinite(lr) and lr > 0)
+    ):
       raise UserError(
           f"config.lr.{c}={lr!r}; use a learning rate > 0 for each UT"
       )

@@ -163,7 +163,14 @@ def group_folder(workdir, configs):
   """Where a vmapped group of these configs keeps its checkpoints: named by
   the configs and the device count (the stacked state's run axis)."""
   key = "\n".join(
-      [str(jax.device_count())] + [c.to_json_best_effort() for c in configs]
+      [str(jax.device_count())]
+      + [  # Host settings may change on a resume (`train.stored_config`).
+          json.dumps(
+              train.stored_config(json.loads(c.to_json_best_effort())),
+              sort_keys=True,
+          )
+          for c in configs
+      ]
   )
   digest = hashlib.sha256(key.encode()).hexdigest()[:16]
   return os.path.join(workdir, "groups", digest)
@@ -277,9 +284,17 @@ def train_group(configs, folder=None):
   if folder is not None:
     os.makedirs(folder, exist_ok=True)
     mngr = train.checkpoint_manager(folder)
-    stacked, start_step, progress = _restore_group(
-        folder, mngr, stacked, labels
-    )
+    try:
+      stacked, start_step, progress = _restore_group(
+          folder, mngr, stacked, labels
+      )
+    except (ValueError, KeyError, TypeError, OSError) as e:
+      mngr.close()
+      raise UserError(
+          f"{folder} holds a checkpoint this group cannot resume from "
+          f"({type(e).__name__}: {str(e).splitlines()[0][:120]}); remove "
+          "that folder to train the group from its start"
+      ) from e
   progress = progress or {}
   as_ints = lambda d: {int(k): v for k, v in (d or {}).items()}
   # Metrics are copied to every device, so that every process reads them all.
@@ -889,8 +904,10 @@ def aggregate(workdir, names):
             core_minutes=sum(
                 _run_minutes(workdir, r) for r in trained if on_cpu(r)
             ),
-            # Runs trained on an accelerator: their wall minutes, apart.
+            # Runs trained on an accelerator: their minutes, apart.
             accelerator_runs=sum(not on_cpu(r) for r in trained),
+            # Runs of a resumed group: their seconds count from the resume.
+            resumed_runs=sum("resumed_at_step" in r for r in trained),
             accelerator_minutes=sum(
                 _run_minutes(workdir, r) for r in trained if not on_cpu(r)
             ),
@@ -944,9 +961,11 @@ def on_cpu(metrics):
 
 def cost_note(rows, dot_gflops):
   """One line: the table's CPU training time in core-hours (each row's
-  `core_minutes`) beside the machine's matmul speed (GFLOP/s), and the wall
-  minutes of the runs trained on an accelerator, if any."""
+  `core_minutes`) beside the machine's matmul speed (GFLOP/s), the minutes
+  of the runs trained on an accelerator, and how many runs were resumed
+  (their time counts from the resume), if any."""
   gpu_runs = sum(r.get("accelerator_runs", 0) for r in rows)
+  resumed = sum(r.get("resumed_runs", 0) for r in rows)
   runs = sum(r["trained_runs"] for r in rows) - gpu_runs
   hours = sum(r["core_minutes"] for r in rows) / 60
   note = (
@@ -962,9 +981,15 @@ def cost_note(rows, dot_gflops):
     )
     minutes = sum(r["accelerator_minutes"] for r in rows)
     note += (
-        f" {gpu_runs} runs trained on {' and '.join(names)}: {minutes:.0f} "
-        "minutes of wall time (a vmapped group's time shared among its runs;"
-        " the accelerator may have been shared with other processes)."
+        f" {gpu_runs} run{'s' * (gpu_runs != 1)} trained on"
+        f" {' and '.join(names)}: {minutes:.0f} minutes of training steps (a"
+        " vmapped group's: its wall time shared among its runs; the"
+        " accelerator may have been shared with other processes)."
+    )
+  if resumed:
+    note += (
+        f" {resumed} run{'s' * (resumed != 1)} of resumed vmapped groups"
+        " count only their time after the resume."
     )
   return note
 
