@@ -20,6 +20,7 @@ from unittest import mock
 
 from absl.testing import absltest
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
@@ -267,6 +268,20 @@ class SweepTest(absltest.TestCase):
       c.model.m *= 2
     with self.assertRaisesRegex(UserError, r"holds a checkpoint this group"):
       sweep.train_group(wider, folder)
+
+  def test_group_folder_names_the_runs_not_the_host_settings(self):
+    configs = [
+        sweep_config.get_config(f"model=random,smoke,seed={s}") for s in (0, 1)
+    ]
+    folder = sweep.group_folder("W", configs)
+    self.assertEqual(os.path.dirname(folder), os.path.join("W", "groups"))
+    host = [c.copy_and_resolve_references() for c in configs]
+    host[0].cpu = ml_collections.ConfigDict(dict(microbatches=3))
+    self.assertEqual(sweep.group_folder("W", host), folder)
+    other = [c.copy_and_resolve_references() for c in configs]
+    other[1].train.lr *= 2
+    self.assertNotEqual(sweep.group_folder("W", other), folder)
+    self.assertNotEqual(sweep.group_folder("W", configs[::-1]), folder)
 
   def test_a_run_that_stops_early_in_a_group_keeps_its_params(self):
     """Run 0 stops at the second evaluation while run 1 and the vmapped
