@@ -352,21 +352,8 @@ def _row(construction, ut_spec, noise, results):
       median_steps_to_99=float(np.median(first)) if first else None,
       max_steps=max(r["step"] for r in results),
       # On the CPU; runs trained on an accelerator count apart.
-      train_minutes=float(
-          sum(r["train_minutes"] for r in results if sweep.on_cpu(r))
-      ),
-      accelerator_runs=sum(not sweep.on_cpu(r) for r in results),
-      accelerator_minutes=float(
-          sum(r["train_minutes"] for r in results if not sweep.on_cpu(r))
-      ),
-      accelerators=";".join(
-          sorted(
-              {
-                  r["provenance"]["device"]
-                  for r in results
-                  if not sweep.on_cpu(r)
-              }
-          )
+      **sweep.device_minutes(
+          [(r, r["train_minutes"]) for r in results], "train_minutes"
       ),
       runs=";".join(r["name"] for r in results),
   )

@@ -901,24 +901,10 @@ def aggregate(workdir, names):
             # Compiled-UT runs train nothing (their target's time is its own
             # row's).
             trained_runs=len(trained),
-            core_minutes=sum(
-                _run_minutes(workdir, r) for r in trained if on_cpu(r)
-            ),
-            # Runs trained on an accelerator: their minutes, apart.
-            accelerator_runs=sum(not on_cpu(r) for r in trained),
             # Runs of a resumed group: their seconds count from the resume.
             resumed_runs=sum("resumed_at_step" in r for r in trained),
-            accelerator_minutes=sum(
-                _run_minutes(workdir, r) for r in trained if not on_cpu(r)
-            ),
-            accelerators=";".join(
-                sorted(
-                    {
-                        r["provenance"]["device"]
-                        for r in trained
-                        if not on_cpu(r)
-                    }
-                )
+            **device_minutes(
+                [(r, _run_minutes(workdir, r)) for r in trained], "core_minutes"
             ),
             runs=";".join(sorted(r["name"] for r in results)),
         )
@@ -951,6 +937,21 @@ def _run_minutes(workdir, metrics):
   if math.isnan(minutes):
     return metrics.get("run_seconds", math.nan) / 60
   return minutes
+
+
+def device_minutes(runs, cpu_key):
+  """The minutes of [(metrics, minutes)] runs by where they trained:
+  {cpu_key: on the CPU, accelerator_runs, accelerator_minutes, accelerators
+  (their device names, ';'-joined)}."""
+  apart = [(r, m) for r, m in runs if not on_cpu(r)]
+  return {
+      cpu_key: float(sum(m for r, m in runs if on_cpu(r))),
+      "accelerator_runs": len(apart),
+      "accelerator_minutes": float(sum(m for _, m in apart)),
+      "accelerators": ";".join(
+          sorted({r["provenance"]["device"] for r, _ in apart})
+      ),
+  }
 
 
 def on_cpu(metrics):
