@@ -17,16 +17,31 @@ its task's protocol with the hyperparameters chosen on validation seeds; run
 the selection sweeps first). Runs go narrowest first. The sweep writes
 width.md and width.png: final test accuracy and the share of seeds reaching
 99% against m / N, with m = N marked.
+
+The Dyck table's lr was chosen at m = 256 only. With `lrs=selected` a Dyck
+run takes instead the lr that configs/width_select.py chose at its width on
+a validation seed (run it first, into results/width_select); a run whose lr
+is the table's keeps its name, the others' names add train.lr:
+
+  python -m launch.sweep --config=configs/width.py:cells=dyck,lrs=selected --workdir=results/width_lr
+
+`ratios=` (e.g. 1+2) plans some of the ratios only; runs of the others are
+left as they are, and the report covers the finished runs it plans.
 """
 
 import glob
 import json
+import math
 import os
 
 from configs import common
 from configs import dyck_table
 from configs import khop_table
+from configs import tables
 from ut.core import bounds
+
+ROOT = tables.ROOT
+SELECTION = "results/width_select/selection.json"
 
 # Each cell is its table's config (the table's protocol and the hyperparameters
 # its selection sweep chose on validation seeds).
@@ -62,23 +77,64 @@ def get_config(arg=None):
   return _MODULES[path].get_config(",".join(filter(None, [base, rest])))
 
 
+def dyck_lrs():
+  """{m: lr} that configs/width_select.py chose for the Dyck cell."""
+  chosen = tables.chosen(
+      ROOT,
+      SELECTION,
+      "python -m launch.sweep --config=configs/width_select.py "
+      "--workdir=results/width_select",
+  )
+  return {c["width"]: c["lr"] for c in chosen}
+
+
 def sweep(add, arg=None):
   args = common.parse_arg(
-      arg, dict(cells="dyck+khop1+khop2", seeds=3, smoke=False)
+      arg,
+      dict(
+          cells="dyck+khop1+khop2",
+          seeds=3,
+          smoke=False,
+          lrs="table",
+          ratios="+".join(f"{r:g}" for r in RATIOS),
+      ),
   )
+  try:
+    ratios = [float(r) for r in str(args["ratios"]).split("+")]
+  except ValueError:
+    ratios = [math.nan]
+  if not set(ratios) <= set(RATIOS):
+    raise common.UserError(
+        f"ratios={args['ratios']!r}; use some of "
+        f"{'+'.join(f'{r:g}' for r in RATIOS)}"
+    )
+  if args["lrs"] not in ("table", "selected"):
+    raise common.UserError(f"lrs={args['lrs']!r}; use table or selected")
   cells = args["cells"].split("+")
   for cell in cells:
     if cell not in CELLS:
       raise common.UserError(f"cells={cell!r}; use some of {'+'.join(CELLS)}")
+  selected = args["lrs"] == "selected" and not args["smoke"]
+  lrs = dyck_lrs() if selected and "dyck" in cells else {}
   runs = []
   for cell in cells:
     n = threshold(cell)
-    for ratio in RATIOS:
+    for ratio in ratios:
       m = max(8, round(ratio * n))
       if args["smoke"]:
         m = max(8, round(ratio * 64))
       for seed in range(args["seeds"]):
-        runs.append((m, f"cell={cell},seed={seed}", {"model.m": m}))
+        run = f"cell={cell},seed={seed}"
+        overrides = {"model.m": m}
+        if cell == "dyck" and selected:
+          if m not in lrs:
+            raise common.UserError(
+                f"{SELECTION} has no lr for m={m}: rerun "
+                "configs/width_select.py"
+            )
+          if lrs[m] != get_config(run).train.lr:
+            overrides["train.lr"] = lrs[m]
+        runs.append((m, run, overrides))
   for m, run, overrides in sorted(runs, key=lambda r: r[0]):
     add(run + (",smoke" if args["smoke"] else ""), **overrides)
 

@@ -3,12 +3,15 @@
 import json
 import math
 import os
+import re
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
 
 from configs import machines
 from configs import width
+from configs import width_select
 from ut.errors import UserError
 from ut.experiments import selection
 from ut.experiments import sweep
@@ -42,6 +45,49 @@ class WidthTest(absltest.TestCase):
       self.assertEqual(c.model.ut_seed, c.seed)  # Each seed a new draw.
     with self.assertRaisesRegex(UserError, "cells='nope'"):
       sweep.collect_runs(_module("width.py"), "cells=nope")
+
+  def test_dyck_runs_take_the_lr_chosen_at_their_width(self):
+    root = self.create_tempdir().full_path
+    module = _module("width.py")
+    with mock.patch.object(module, "ROOT", root):
+      # The default takes the table's lr, and needs no width selection.
+      table = sweep.collect_runs(module, "cells=dyck")
+      self.assertTrue(all("train.lr" not in name for name, _ in table))
+      with self.assertRaisesRegex(UserError, "width_select/selection.json"):
+        sweep.collect_runs(module, "cells=dyck,lrs=selected")
+      table_lr = module.get_config("cell=dyck").train.lr
+      ms = [round(r * width.threshold("dyck")) for r in width.RATIOS]
+      lrs = {m: table_lr if m < 256 else table_lr / 3 for m in ms}
+      path = os.path.join(root, module.SELECTION)
+      os.makedirs(os.path.dirname(path))
+      with open(path, "w") as f:
+        json.dump(dict(chosen=[dict(width=m, lr=lrs[m]) for m in ms]), f)
+      runs = sweep.collect_runs(module, "cells=dyck,lrs=selected")
+      self.assertLen(runs, 3 * len(ms))
+      for name, c in runs:
+        self.assertEqual(c.train.lr, lrs[c.model.m])
+        # A run at the table's lr keeps its name (and so its record).
+        self.assertEqual("train.lr" in name, c.model.m >= 256, name)
+      with open(path, "w") as f:
+        json.dump(dict(chosen=[dict(width=64, lr=table_lr)]), f)
+      with self.assertRaisesRegex(UserError, "no lr for m=128"):
+        sweep.collect_runs(module, "cells=dyck,lrs=selected")
+      # The k-hop cells need no Dyck selection.
+      self.assertNotEmpty(
+          sweep.collect_runs(module, "cells=khop1,lrs=selected")
+      )
+      with self.assertRaisesRegex(UserError, "lrs='best'"):
+        sweep.collect_runs(module, "lrs=best")
+      with open(path, "w") as f:
+        json.dump(dict(chosen=[dict(width=m, lr=lrs[m]) for m in ms]), f)
+      some = sweep.collect_runs(module, "cells=dyck,lrs=selected,ratios=1+2")
+      self.assertEqual(sorted({c.model.m for _, c in some}), [512, 1024])
+      self.assertEqual(
+          [c.train.lr for _, c in some], [lrs[512]] * 3 + [lrs[1024]] * 3
+      )
+      for bad in ("3", "x", "1+"):
+        with self.assertRaisesRegex(UserError, f"ratios='{re.escape(bad)}'"):
+          sweep.collect_runs(module, f"ratios={bad}")
 
   def test_report_writes_points_and_figure(self):
     workdir = self.create_tempdir().full_path
@@ -146,11 +192,28 @@ class SelectionTest(absltest.TestCase):
         ("khop_select.py", None),
         ("khop_select.py", "part=uts"),
         ("dyck_select.py", None),
+        ("width_select.py", None),
     ):
       runs = sweep.collect_runs(_module(name), arg)
       self.assertNotEmpty(runs)
       self.assertFalse({c.seed for _, c in runs} & table_seeds, name)
       self.assertGreater(len({c.train.lr for _, c in runs}), 1, name)
+
+  def test_width_selection_tries_every_lr_at_every_dyck_width(self):
+    runs = sweep.collect_runs(_module("width_select.py"), None)
+    n = width.threshold("dyck")
+    got = sorted((c.model.m, c.train.lr) for _, c in runs)
+    want = sorted(
+        (round(r * n), lr) for r in width.RATIOS for lr in (1e-2, 3e-3, 3e-2)
+    )
+    self.assertEqual(got, want)
+    for _, c in runs:  # Each run the width sweep's Dyck run but for seed, lr.
+      self.assertEqual((c.model.kind, c.model.variant), ("random", "attn"))
+      self.assertEqual(c.model.ut_seed, c.seed)
+      self.assertEqual(c.data.mix, "za")
+    smoke = sweep.collect_runs(_module("width_select.py"), "smoke")
+    self.assertLen(smoke, 2 * len(width.RATIOS))
+    self.assertEqual({c.seed for _, c in smoke}, {width_select.VALIDATION_SEED})
 
   def test_attention_only_trained_model_also_tries_a_cosine_schedule(self):
     runs = sweep.collect_runs(_module("khop_select.py"), None)
