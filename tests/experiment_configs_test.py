@@ -295,7 +295,8 @@ class ChooseTest(absltest.TestCase):
         ("cosine", 0.3, 2),
     )
     with open(os.path.join(workdir, "selection.md")) as f:
-      self.assertIn("schedule", f.readline())
+      columns = [c.strip() for c in f.readline().split("|")]
+      self.assertContainsSubset(["schedule", "m"], columns)  # m: the width.
 
 
 class CurvesTest(absltest.TestCase):

@@ -39,7 +39,8 @@ def choose(rows, keys=("kind", "variant", "data")):
 
 
 def markdown(choices, params):
-  """A table: each cell's candidates, best first, the chosen one marked.
+  """A table: each cell's candidates, best first, the chosen one marked; m is
+  the model's width, part of the cell.
 
   params: {column: function of a row}, the hyperparameters shown."""
   out = []
@@ -51,6 +52,7 @@ def markdown(choices, params):
               chosen="*" if row is best else "",
               kind=row["kind"],
               variant=row["variant"],
+              m=row["width"],
               **{k: v for k, v in data.items() if k in ("k", "mix")},
               **{name: get(row) for name, get in params.items()},
               seeds=row["seeds"],
