@@ -15,8 +15,8 @@ full   the results as reported: simulate (bounds and errors), threshold
        (figure), the compiled-UT reports on Dyck and on k-hop with k = 1, the
        trivial k-hop predictors, the selection sweeps on validation seeds,
        then the k-hop and Dyck tables that read their choices, the counting
-       baseline, seeds over machines, trainability against width and the
-       learnability gap. Every run trains to its protocol's stopping rule
+       baseline, seeds over machines, trainability against width (and the
+       Dyck cell again at the lr chosen per width) and the learnability gap. Every run trains to its protocol's stopping rule
        (docs/results.md): many core-hours on a 2-core CPU (each step's time
        is recorded); the learnability gap's random UT (m = 2880) takes many
        of them (its report lists the rows still pending; a step whose
@@ -158,4 +158,21 @@ def get_config(arg="full"):
           ["--workers={workers}"],
       ),
   )
+  if not quick:  # At smoke size these are the width step's runs again.
+    config.steps += (
+        _step(
+            "width_select",
+            "launch.sweep",
+            "configs/width_select.py",
+            None,
+            ["--workers={workers}"],
+        ),
+        _step(
+            "width_lr",
+            "launch.sweep",
+            "configs/width.py:cells=dyck,lrs=selected",
+            None,
+            ["--workers={workers}"],
+        ),
+    )
   return config

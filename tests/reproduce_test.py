@@ -15,6 +15,7 @@ import pytest
 
 from configs import reproduce as reproduce_config
 from tests import cli_helpers
+from ut.experiments import sweep
 from ut.io import reports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -196,3 +197,17 @@ class OutputFinishedTest(absltest.TestCase):
       with open(path(name), "w") as f:
         f.write(content if isinstance(content, str) else json.dumps(content))
       self.assertEqual(reports.output_finished(path(name)), want, name)
+
+
+class FullProfileTest(absltest.TestCase):
+
+  def test_every_sweep_step_plans_its_runs(self):
+    steps = reproduce_config.get_config("full").steps
+    sweeps = [s for s in steps if s.module == "launch.sweep"]
+    self.assertContainsSubset(
+        ["width", "width_select", "width_lr"], [s.name for s in sweeps]
+    )
+    for step in sweeps:
+      path, _, arg = step.config.partition(":")
+      module = sweep.load_config_module(os.path.join(ROOT, path))
+      self.assertNotEmpty(sweep.collect_runs(module, arg or None), step.name)
