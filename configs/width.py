@@ -180,6 +180,7 @@ def report(workdir, rows, cost=""):
             m=r["width"],
             N=n,
             ratio=r["width"] / n,
+            lr=r["lr"],
             held_out=held_out,
             accuracy_mean=mean,
             accuracy_std=std,
@@ -198,6 +199,7 @@ def report(workdir, rows, cost=""):
           "m": p["m"],
           "N": p["N"],
           "m / N": f"{p['ratio']:.3g}",
+          "lr": p["lr"],
           "held out": p["held_out"],
           "accuracy (%)": reports.mean_std(
               p["accuracy_mean"], p["accuracy_std"]

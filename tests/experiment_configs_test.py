@@ -95,6 +95,7 @@ class WidthTest(absltest.TestCase):
         dict(
             data=json.dumps(dict(k=1, length=32, alphabet=4)),
             width=w,
+            lr=0.01,
             accuracy_mean=a,
             accuracy_std=0.01,
             test_mean=t,
@@ -117,7 +118,8 @@ class WidthTest(absltest.TestCase):
       lines = f.read().splitlines()
     cells = [c.strip() for c in lines[3].strip("|").split("|")]
     self.assertEqual(
-        cells, ["khop1", "800", "800", "1", "test", "99.10 ± 2.00", "3/3"]
+        cells,
+        ["khop1", "800", "800", "1", "0.01", "test", "99.10 ± 2.00", "3/3"],
     )
     self.assertEqual(lines[-1], "Training: 1.0 core-hours.")
     self.assertGreater(os.path.getsize(os.path.join(workdir, "width.png")), 0)
@@ -136,6 +138,7 @@ class WidthTest(absltest.TestCase):
         dict(
             data=json.dumps(dict(k=1, length=32, alphabet=4)),
             width=800,
+            lr=0.01,
             accuracy_mean=0.995,
             accuracy_std=0.0,
             test_mean=0.99,
