@@ -130,7 +130,16 @@ def base_config(kind, variant, seed, ut_seed=-1):
   )
   # No host settings here: on CPU the launchers add configs/cpu.py's section.
   config.eval = ml_collections.ConfigDict(
-      dict(num=2048, batch_size=512, every=500)
+      dict(
+          num=2048,
+          batch_size=512,
+          every=500,
+          # Also score the test set at every evaluation (nothing is chosen
+          # on it): metrics.json then holds each run's test curve and its
+          # test accuracy at the evaluation of best validation accuracy
+          # (`test_at_best_valid`), beside the test accuracy at the end.
+          test_each=False,
+      )
   )
   return config
 

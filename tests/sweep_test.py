@@ -218,6 +218,7 @@ class SweepTest(absltest.TestCase):
       config = sweep_config.get_config("model=random,smoke")
       config.train.update(steps=12, lr=lr, schedule="constant")
       config.model.ut_seed = ut_seed  # Each run's frozen UT is its own.
+      config.eval.test_each = True  # Test curves resume too.
       configs.append(config)
     self.assertEqual(configs[0].train.checkpoint_every, 2)
     rule = lambda tc, curve: (
@@ -261,7 +262,13 @@ class SweepTest(absltest.TestCase):
     for i in range(2):
       self.assertEqual(got[i].pop("resumed_at_step"), 8)
       self.assertEqual(got[i], want[i], i)
+      self.assertEqual(
+          [s for s, _ in got[i]["test_curve"]], [s for s, _ in got[i]["curve"]]
+      )
     self.assertEqual([r["step"] for r in got], [4, 12])
+    # Run 1's last evaluation is its end: the test score recorded there is
+    # the one `train.test_metrics` gives its final params.
+    self.assertEqual(got[1]["test_curve"][-1][1], got[1]["test_accuracy"])
     # Another group's shapes cannot resume from this folder: a one-line error.
     wider = [c.copy_and_resolve_references() for c in configs]
     for c in wider:
@@ -407,6 +414,43 @@ class SweepTest(absltest.TestCase):
     self.assertNotIn("resumed", note)
     note = sweep.cost_note([dict(row, resumed_runs=2)], 150.4)
     self.assertIn("2 runs of resumed vmapped groups count only their", note)
+
+  def test_table_shows_test_at_best_valid_where_every_run_has_it(self):
+    workdir = self.create_tempdir().full_path
+    runs = sweep.collect_runs(sweep_config, "sparse")[:2]
+    best = (0.5, 0.75)
+    for (name, config), b in zip(runs, best):
+      reports.write_json(
+          os.path.join(workdir, "runs", name, "metrics.json"),
+          dict(
+              name=name,
+              eval_accuracy=0.25,
+              test_accuracy=0.25,
+              test_at_best_valid=dict(
+                  step=4, valid_accuracy=0.9, test_accuracy=b
+              ),
+              task="dyck",
+              kind="sparse",
+              variant="res_ln_mlp",
+              config=json.loads(config.to_json_best_effort()),
+          ),
+      )
+    names = [n for n, _ in runs]
+    [row] = sweep.aggregate(workdir, names)
+    self.assertAlmostEqual(row["test_best_mean"], np.mean(best))
+    self.assertAlmostEqual(row["test_best_std"], np.std(best, ddof=1))
+    table = sweep.markdown_table([row, dict(row, test_best_mean=0.0)])
+    self.assertIn("test at best valid", table.splitlines()[0])
+    self.assertIn(reports.mean_std(np.mean(best), np.std(best, ddof=1)), table)
+    # One run without it: the cell has no such score, and the table no column.
+    path = os.path.join(workdir, "runs", names[1], "metrics.json")
+    with open(path) as f:
+      metrics = json.load(f)
+    del metrics["test_at_best_valid"]
+    reports.write_json(path, metrics)
+    [row] = sweep.aggregate(workdir, names)
+    self.assertNotIn("test_best_mean", row)
+    self.assertNotIn("test at best valid", sweep.markdown_table([row]))
 
   @pytest.mark.slow
   def test_runs_recorded_with_another_config(self):

@@ -213,6 +213,33 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     for key in FINAL_KEYS + ("curve", "stopped_early"):
       self.assertEqual(again[key], got[key], key)
 
+  def test_test_at_best_valid_is_a_run_stopped_there(self):
+    """With eval.test_each every evaluation scores the test set too, and
+    test_at_best_valid holds the test accuracy at the first evaluation of
+    best held-out accuracy: what a constant-lr run of that many steps scores
+    on the test set at its end (`test_metrics` on its final params)."""
+    config = smoke_config("khop", steps=12, schedule="constant", lr=0.05)
+    config.eval.update(every=2, test_each=True)
+    workdir = self.create_tempdir().full_path
+    got = train.train_and_evaluate(config, workdir)
+    rows = read_csv(os.path.join(workdir, "eval_metrics.csv"))
+    self.assertEqual(
+        got["test_curve"],
+        [[int(r["step"]), float(r["test_accuracy"])] for r in rows],
+    )
+    self.assertEqual(got["test_curve"][-1][1], got["test_accuracy"])
+    valid = [float(r["accuracy"]) for r in rows]
+    best = got["test_at_best_valid"]
+    self.assertEqual(best["step"], int(rows[valid.index(max(valid))]["step"]))
+    self.assertEqual(best["valid_accuracy"], max(valid))
+    short = smoke_config(
+        "khop", steps=best["step"], schedule="constant", lr=0.05
+    )
+    short.eval.every = 2
+    want = train.train_and_evaluate(short, self.create_tempdir().full_path)
+    self.assertEqual(best["test_accuracy"], want["test_accuracy"])
+    self.assertNotIn("test_at_best_valid", want)  # Off by default.
+
   @parameterized.named_parameters(
       ("off", dict(), [0.1, 0.2, 0.2, 0.2], False),
       ("accuracy_twice", dict(stop_accuracy=0.9), [0.5, 0.9, 0.95], True),
@@ -711,6 +738,7 @@ class CommandLineTest(parameterized.TestCase):
     overrides = (
         "--config.train.steps=60",
         "--config.train.checkpoint_every=10",
+        "--config.eval.test_each=True",  # The test curve resumes too.
     )
     steps = 60
     whole = self.create_tempdir("whole").full_path
@@ -757,8 +785,11 @@ class CommandLineTest(parameterized.TestCase):
 
     want = read_json(os.path.join(whole, "metrics.json"))
     got = read_json(os.path.join(killed, "metrics.json"))
-    for key in FINAL_KEYS:
+    for key in FINAL_KEYS + ("curve", "test_curve", "test_at_best_valid"):
       self.assertEqual(got[key], want[key], key)
+    self.assertEqual(
+        [s for s, _ in got["test_curve"]], [s for s, _ in got["curve"]]
+    )
     self.assertEqual(
         read_csv(os.path.join(killed, "train_metrics.csv"), TRAIN_COLUMNS),
         read_csv(os.path.join(whole, "train_metrics.csv"), TRAIN_COLUMNS),

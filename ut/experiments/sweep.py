@@ -254,7 +254,7 @@ def train_group(configs, folder=None):
 
   The same loop as one run's (`train.train_loop`), over a vmap of the same
   `train.train_step`, the same batches (`train.train_batch`) and the same
-  evaluation (`train.held_out_metrics`). With `folder` (one process only;
+  evaluation (`train.evaluation`). With `folder` (one process only;
   `group_folder`), the group saves its stacked state and its runs' progress
   there every train.checkpoint_every steps and resumes from them, as one run
   does; a run's result is recorded when the group finishes. The runs, not each run's batch, are
@@ -306,11 +306,12 @@ def train_group(configs, folder=None):
       **train.compiler_options(first),
   )
   held_out = [train.eval_batches(c, task) for c in configs]
+  tested = [train.test_batches(c, task) for c in configs]
 
   def evaluate(state, indices):
     params = _fetch(state.params)
     return {
-        i: train.held_out_metrics(_run(params, i), spec, held_out[i])
+        i: train.evaluation(_run(params, i), spec, held_out[i], tested[i])
         for i in indices
     }
 
@@ -350,6 +351,10 @@ def train_group(configs, folder=None):
         curves={
             i: [tuple(p) for p in c]
             for i, c in as_ints(progress.get("curves")).items()
+        },
+        test_curves={
+            i: [tuple(p) for p in c]
+            for i, c in as_ints(progress.get("test_curves")).items()
         },
         resumed=dict(
             evals=as_ints(progress.get("evals")),
@@ -857,7 +862,10 @@ def aggregate(workdir, names):
 
   Mean ± std (ddof=1) of the validation (eval_accuracy) and, where the runs
   have one, the test accuracy; how many runs end at >= SUCCESS on validation,
-  and the median step at which those first reached it (`steps_to_99`).
+  and the median step at which those first reached it (`steps_to_99`). Where
+  every run scored the test set at each evaluation (config.eval.test_each),
+  also mean ± std of its test accuracy at its best validation
+  (`test_at_best_valid`): test_best_mean and test_best_std.
   """
   cells = {}
   for name in names:
@@ -903,6 +911,7 @@ def aggregate(workdir, names):
             trained_runs=len(trained),
             # Runs of a resumed group: their seconds count from the resume.
             resumed_runs=sum("resumed_at_step" in r for r in trained),
+            **_test_at_best(results),
             **device_minutes(
                 [(r, _run_minutes(workdir, r)) for r in trained], "core_minutes"
             ),
@@ -1010,6 +1019,15 @@ def write_table(workdir, rows, meta):
   )
 
 
+def _test_at_best(results):
+  """test_best_mean and test_best_std where every run has a
+  test_at_best_valid (config.eval.test_each), else nothing."""
+  if not all("test_at_best_valid" in r for r in results):
+    return {}
+  best = np.array([r["test_at_best_valid"]["test_accuracy"] for r in results])
+  return dict(test_best_mean=float(best.mean()), test_best_std=std(best))
+
+
 def markdown_table(rows):
   # Wall time (core_minutes) goes to paper.md's cost line, not the table.
   shown = [
@@ -1021,8 +1039,15 @@ def markdown_table(rows):
         r.pop("accuracy_mean"), r.pop("accuracy_std")
     )
     r["test"] = reports.mean_std(r.pop("test_mean"), r.pop("test_std"))
+    if "test_best_mean" in r:
+      r["test at best valid"] = reports.mean_std(
+          r.pop("test_best_mean"), r.pop("test_best_std")
+      )
     r[f"≥{100 * SUCCESS:.0f}%"] = f"{r.pop('successes')}/{r['seeds']}"
     r["median step to 99%"] = reports.step(r.pop("median_steps_to_99"))
     agreement = r.pop("agreement_min")
     r["agreement (min)"] = "" if agreement is None else f"{100 * agreement:.2f}"
+  if any("test at best valid" in r for r in shown):
+    for r in shown:
+      r.setdefault("test at best valid", "")
   return reports.format_table(shown)

@@ -590,6 +590,24 @@ def held_out_metrics(params, spec, eval_batches, mesh=None):
   return dict(accuracy=correct / max(count, 1), loss=loss_sum / max(n, 1))
 
 
+def evaluation(params, spec, valid, test=None, mesh=None):
+  """`held_out_metrics` on the validation batches; with test batches
+  (config.eval.test_each), the test set's as test_accuracy and test_loss."""
+  out = held_out_metrics(params, spec, valid, mesh)
+  if test is not None:
+    scored = held_out_metrics(params, spec, test, mesh)
+    out.update(test_accuracy=scored["accuracy"], test_loss=scored["loss"])
+  return out
+
+
+def test_batches(config, task):
+  """The test batches scored at every evaluation, or None
+  (config.eval.test_each)."""
+  if not config.eval.get("test_each", False):
+    return None
+  return eval_batches(config, task, "test")
+
+
 def eval_batches(config, task, split="valid"):
   """A held-out set in batches of config.eval.batch_size.
 
@@ -635,6 +653,7 @@ _ADDED_FIELDS = {
     "train.plateau_evals": 0,
     "train.plateau_delta": 0.0,
     "train.init_params": "",
+    "eval.test_each": False,
 }
 # Fields that older runs recorded and that are gone since (moved to the CPU
 # overlay, configs/cpu.py).
@@ -854,9 +873,12 @@ class _CsvLog:
     # The loss of the last kept row (for a resume with no steps left to run).
     self.last_loss = float(self.rows[-1]["loss"]) if self.rows else None
 
-  def curve(self):
-    """[(step, accuracy)] of the kept rows (an eval log's held-out curve)."""
-    return [(int(r["step"]), float(r["accuracy"])) for r in self.rows]
+  def curve(self, column="accuracy"):
+    """[(step, value of column)] of the kept rows that have it (an eval log's
+    held-out curve; column="test_accuracy": its test curve, or [])."""
+    return [
+        (int(r["step"]), float(r[column])) for r in self.rows if r.get(column)
+    ]
 
   def write(self, row):
     with open(self.path, "a") as f:
@@ -899,6 +921,7 @@ def train_and_evaluate(config, workdir):
   writer = _summary_writer(workdir)
   step_fn, place_state, place_batch = make_step(config, spec, tx)
   held_out = eval_batches(config, task)
+  tested = test_batches(config, task)
   eval_mesh = batch_mesh() if config.train.data_parallel else None
 
   def on_log(_, row):
@@ -916,11 +939,12 @@ def train_and_evaluate(config, workdir):
         lambda step: place_batch(train_batch(config, task, step)),
         [config],
         evaluate=lambda state, runs: {
-            0: held_out_metrics(state.params, spec, held_out, eval_mesh)
+            0: evaluation(state.params, spec, held_out, tested, eval_mesh)
         },
         start_step=start_step,
         last_loss=[train_log.last_loss],
         curves={0: eval_log.curve()},
+        test_curves={0: eval_log.curve("test_accuracy")},
         on_log=on_log,
         on_eval=on_eval,
         save=lambda step, state, _: mngr.save(
@@ -955,6 +979,8 @@ class LoopResult:
     first step (a resumed run's curve starts with the one passed in).
   stopped: {run: (step, reason)} for each run that stopped early
     (`stop_reason`); its state is the one passed to on_stop at that step.
+  test_curves: each run's test accuracy at each evaluation, [(step,
+    accuracy)], where its evaluations score the test set too (else empty).
   """
 
   state: TrainState
@@ -964,6 +990,7 @@ class LoopResult:
   diverged: dict
   curves: dict = dataclasses.field(default_factory=dict)
   stopped: dict = dataclasses.field(default_factory=dict)
+  test_curves: dict = dataclasses.field(default_factory=dict)
 
   def run_step(self, run):
     """The steps run `run` trained: to its early stop, or all of `step`."""
@@ -993,6 +1020,7 @@ def train_loop(
     on_stop=None,
     save=None,
     curves=None,
+    test_curves=None,
     resumed=None,
     name="",
 ):
@@ -1008,7 +1036,7 @@ def train_loop(
     batch_at: step (0-based) -> that step's placed batch (`train_batch`).
     configs: the configs of the runs. They share train.steps,
       train.log_every, train.checkpoint_every and eval.every.
-    evaluate: (state, runs) -> {run: `held_out_metrics` of that run}, run over
+    evaluate: (state, runs) -> {run: `evaluation` of that run}, run over
       the runs still training every eval.every steps and after the last.
     start_step: the step to resume at (a checkpoint's); last_loss: each run's
       last logged loss before it.
@@ -1020,9 +1048,12 @@ def train_loop(
     save: (step, state, progress), every train.checkpoint_every steps, after
       the last, and when the last run training stops early; progress is what
       a resumed group needs besides the state, a JSON-safe dict of last_loss,
-      curves, evals, stopped and diverged (runs keyed by their index).
+      curves, test_curves, evals, stopped and diverged (runs keyed by their
+      index).
     curves: {run: [(step, accuracy)]}, the held-out curve before start_step
-      (a resumed run's, so that early stopping sees all of it).
+      (a resumed run's, so that early stopping sees all of it); test_curves:
+      the same of the test accuracy, for runs whose evaluations score it
+      (a metrics dict with test_accuracy).
     resumed: a saved progress's evals, stopped and diverged (runs keyed by
       int): the runs that stopped or diverged before start_step train no
       more and keep that record.
@@ -1045,6 +1076,9 @@ def train_loop(
   evals = dict(resumed.get("evals", {}))
   stopped = dict(resumed.get("stopped", {}))
   curves = {i: list((curves or {}).get(i, [])) for i in range(len(configs))}
+  test_curves = {
+      i: list((test_curves or {}).get(i, [])) for i in range(len(configs))
+  }
   training = [
       i for i in range(len(configs)) if i not in stopped and i not in diverged
   ]
@@ -1129,6 +1163,8 @@ def train_loop(
       evals.update(_evaluate(evaluate, state, training, done, on_eval, prefix))
       for i in training:
         curves[i].append((done, evals[i]["accuracy"]))
+        if "test_accuracy" in evals[i]:
+          test_curves[i].append((done, evals[i]["test_accuracy"]))
       stop_finished(state)
     if save is not None and (
         done % save_every == 0 or done == steps or not training
@@ -1136,6 +1172,7 @@ def train_loop(
       progress = dict(
           last_loss=last_loss,
           curves=curves,
+          test_curves=test_curves,
           evals=evals,
           stopped=stopped,
           diverged=diverged,
@@ -1156,6 +1193,7 @@ def train_loop(
       diverged=diverged,
       curves=curves,
       stopped=stopped,
+      test_curves=test_curves,
   )
 
 
@@ -1218,8 +1256,25 @@ def run_summary(config, spec, params, result, run, task=None):
 
   step is where the run ended (its early stop, `stop_reason`, or the last
   step); curve its held-out accuracy at each evaluation, and steps_to_99 the
-  first evaluated step at which that reached 99% (None if never)."""
+  first evaluated step at which that reached 99% (None if never). Where the
+  evaluations scored the test set too (config.eval.test_each), test_curve
+  holds its accuracy at each, and test_at_best_valid the step of the first
+  evaluation of highest held-out accuracy, that accuracy and the test
+  accuracy there: the score of early stopping by validation, beside
+  test_accuracy at the end."""
   curve = result.curves.get(run, [])
+  test_curve = result.test_curves.get(run, [])
+  chosen = {}
+  if test_curve:
+    best_step, best = max(curve, key=lambda point: point[1])  # The first.
+    chosen = dict(
+        test_curve=[[s, a] for s, a in test_curve],
+        test_at_best_valid=dict(
+            step=best_step,
+            valid_accuracy=best,
+            test_accuracy=dict(test_curve)[best_step],
+        ),
+    )
   return dict(
       step=result.run_step(run),
       stopped_early=result.stopped.get(run, (None, None))[1],
@@ -1235,6 +1290,7 @@ def run_summary(config, spec, params, result, run, task=None):
       variant=spec.variant,
       model_width=spec.model_width,
       trainable_params=trainable_count(params, spec),
+      **chosen,
   )
 
 
