@@ -52,6 +52,13 @@ _BATCHING = flags.DEFINE_enum(
 _AGGREGATE_ONLY = flags.DEFINE_bool(
     "aggregate_only", False, "Train nothing: tabulate the finished runs."
 )
+_TEST_EACH = flags.DEFINE_bool(
+    "test_each",
+    False,
+    "Every run also scores its test set at each evaluation "
+    "(config.eval.test_each: the table gains 'test at best valid'); its "
+    "configs then differ from runs recorded without it: use a new --workdir.",
+)
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed", False, "Call jax.distributed.initialize() (multi-host)."
 )
@@ -113,6 +120,7 @@ def main(argv):
         _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value
     )
   started = time.time()
+  overrides = {"eval.test_each": True} if _TEST_EACH.value else None
   count = _WORKERS.value
   if count < 1:
     raise UserError(f"--workers={count}; use 1 or more")
@@ -130,6 +138,7 @@ def main(argv):
         _WORKDIR.value,
         _BATCHING.value,
         worker=(_WORKER_INDEX.value, count, _WORKER_CLAIMS.value),
+        overrides=overrides,
     )
     return
   rows = sweep.run_sweep(
@@ -138,6 +147,7 @@ def main(argv):
       _BATCHING.value,
       aggregate_only=_AGGREGATE_ONLY.value or count > 1,
       started=started,
+      overrides=overrides,
   )
   if rows is None:  # Not process 0 of a multi-process sweep: it writes.
     return

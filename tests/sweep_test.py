@@ -326,6 +326,29 @@ class SweepTest(absltest.TestCase):
     self.assertIsNone(got[1]["stopped_early"])
 
   @pytest.mark.slow
+  def test_test_each_flag_reaches_every_run_and_the_table(self):
+    tmp = self.create_tempdir().full_path
+    proc = run_sweep_cli(tmp, 1, "sparse", "--test_each")
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    names = [n for n, _ in sweep.collect_runs(sweep_config, "sparse")]
+    for name in names:
+      with open(os.path.join(tmp, "runs", name, "metrics.json")) as f:
+        got = json.load(f)
+      self.assertTrue(got["config"]["eval"]["test_each"], name)
+      self.assertEqual(
+          [s for s, _ in got["test_curve"]], [s for s, _ in got["curve"]]
+      )
+    with open(os.path.join(tmp, "table.md")) as f:
+      self.assertIn("test at best valid", f.readline())
+    # Without the flag the recorded runs are another config: refused, kept.
+    proc = run_sweep_cli(tmp, 1, "sparse", "--aggregate_only")
+    self.assertNotEqual(proc.returncode, 0)
+    self.assertRegex(proc.stderr, r"differs in eval\.test_each")
+    self.assertTrue(
+        os.path.exists(os.path.join(tmp, "runs", names[0], "metrics.json"))
+    )
+
+  @pytest.mark.slow
   def test_restart_skips_finished_runs(self):
     # The sparse kind with res_ln_mlp, vmapped on a 1-device mesh.
     tmp = self.create_tempdir().full_path

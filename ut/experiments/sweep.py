@@ -100,8 +100,11 @@ def _set(config, dotted, value):
   node[leaf] = value
 
 
-def collect_runs(module, arg=None, workdir=None):
+def collect_runs(module, arg=None, workdir=None, overrides=None):
   """[(name, config)] from the module's sweep(add) (or sweep(add, arg)).
+
+  overrides: {dotted field: value} set in every run's config, its name
+  unchanged (e.g. {"eval.test_each": True}: `launch.sweep --test_each`).
 
   add() returns the run's name. A sweep that takes a keyword `finished` is
   passed `finished(name)`: that run's recorded metrics in `workdir` (a dict),
@@ -113,14 +116,18 @@ def collect_runs(module, arg=None, workdir=None):
   """
   runs = []
 
-  def add(arg="", **overrides):
+  def add(arg="", **run_overrides):
     config = module.get_config(arg)
-    for key, value in overrides.items():
+    for key, value in run_overrides.items():
+      _set(config, key, value)
+    for key, value in (overrides or {}).items():
       _set(config, key, value)
     name = re.sub(
         r"[^\w.=-]+",
         "_",
-        ",".join([arg] + [f"{k}={v}" for k, v in sorted(overrides.items())]),
+        ",".join(
+            [arg] + [f"{k}={v}" for k, v in sorted(run_overrides.items())]
+        ),
     ).strip("_,")
     runs.append((name or "default", config))
     return name or "default"
@@ -448,6 +455,7 @@ def run_sweep(
     aggregate_only=False,
     worker=None,
     started=None,
+    overrides=None,
 ):
   """Runs every unfinished run of the config's sweep; returns the aggregate rows.
 
@@ -456,6 +464,7 @@ def run_sweep(
     `worker_command`): train the largest work units (`work_units`) not yet
     claimed in the folder `claims`, write no table, return None.
   started: time.time() at which the sweep began (for the table's wall time).
+  overrides: fields set in every run's config (`collect_runs`).
 
   With several JAX processes (`jax.distributed.initialize()` first), every
   process trains each vmapped group's share of runs on its devices; only
@@ -465,7 +474,7 @@ def run_sweep(
   arg = config_path.split(":", 1)[1] if ":" in config_path else None
   # Several JAX processes must plan the same runs: results do not steer them.
   adaptive_dir = workdir if jax.process_count() == 1 else None
-  runs = collect_runs(module, arg, adaptive_dir)
+  runs = collect_runs(module, arg, adaptive_dir, overrides)
   writer = jax.process_index() == 0
   if writer:  # Other processes do not write the cache either.
     use_compilation_cache(workdir)
@@ -588,7 +597,7 @@ def run_sweep(
     # planned runs it had not (whoever records a run collects again after).
     if aggregate_only or not trained:
       break
-    again = collect_runs(module, arg, adaptive_dir)
+    again = collect_runs(module, arg, adaptive_dir, overrides)
     added = {n for n, _ in again} - {n for n, _ in runs}
     if not added:
       break
