@@ -278,6 +278,13 @@ class PlotsTest(absltest.TestCase):
     self.assertRegex(lines[0], r"median step to 99% \| last step / cap \|$")
     self.assertRegex(lines[2], r"\|\s+1/2 \|\s+3500 \|\s+20000 / 20000 \|$")
     self.assertRegex(lines[3], r"\|\s+0/2 \|\s+\|\s+100000 / 100000 \|$")
+    # Runs that scored the test set at each evaluation (--test_each): their
+    # test accuracy at the best validation beside the one at the end.
+    best = [dict(dyck_row, test_best_mean=0.975, test_best_std=0.01), dyck_row]
+    lines = plots.beside_paper(best, {}, panel="mix").splitlines()
+    self.assertRegex(lines[0], r"ours \| paper \| test at best valid \|")
+    self.assertRegex(lines[2], r"93\.39 ± 1\.27 \|\s+\|\s+97\.50 ± 1\.00 \|")
+    self.assertRegex(lines[3], r"93\.39 ± 1\.27 \|\s+\|\s+\|")
 
   def test_accuracy_bars(self):
     fig = plots.accuracy_bars(ROWS, "k", PAPER, title="k-hop")

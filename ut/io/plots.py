@@ -68,7 +68,9 @@ def paper_range(text):
 def beside_paper(rows, paper, panel):
   """A text table: panel, kind, variant, width m, seeds, the held-out set
   reported (the test set where the runs have one, else validation), ours
-  (mean ± std %), paper (%), the seeds at >= 99% on validation and the
+  (mean ± std %), paper (%), where the runs scored the test set at each
+  evaluation its mean ± std at their best validation (`test_at_best_valid`),
+  the seeds at >= 99% on validation and the
   median step at which they first were, the latest step a seed ended at
   beside the runs' step cap, and for compiled-UT rows the lowest agreement
   with the target (%)."""
@@ -90,6 +92,12 @@ def beside_paper(rows, paper, panel):
             ),
         }
     )
+    if any("test_best_mean" in x for x in rows):  # launch.sweep --test_each.
+      out[-1]["test at best valid"] = (
+          reports.mean_std(r["test_best_mean"], r["test_best_std"])
+          if "test_best_mean" in r
+          else ""
+      )
     if any("successes" in x for x in rows):
       out[-1]["≥99% (validation)"] = (
           f"{r['successes']}/{r['seeds']}" if "successes" in r else ""
