@@ -118,9 +118,7 @@ def collect_runs(module, arg=None, workdir=None, overrides=None):
 
   def add(arg="", **run_overrides):
     config = module.get_config(arg)
-    for key, value in run_overrides.items():
-      _set(config, key, value)
-    for key, value in (overrides or {}).items():
+    for key, value in {**run_overrides, **(overrides or {})}.items():
       _set(config, key, value)
     name = re.sub(
         r"[^\w.=-]+",
@@ -304,6 +302,9 @@ def train_group(configs, folder=None):
       ) from e
   progress = progress or {}
   as_ints = lambda d: {int(k): v for k, v in (d or {}).items()}
+  as_curves = lambda key: {  # Saved [[step, accuracy]] lists, as tuples.
+      i: [tuple(p) for p in c] for i, c in as_ints(progress.get(key)).items()
+  }
   # Metrics are copied to every device, so that every process reads them all.
   step_fn = jax.jit(
       jax.vmap(functools.partial(train.train_step, spec=spec, tx=tx)),
@@ -355,14 +356,8 @@ def train_group(configs, folder=None):
         save=save if mngr is not None else None,
         start_step=start_step,
         last_loss=progress.get("last_loss"),
-        curves={
-            i: [tuple(p) for p in c]
-            for i, c in as_ints(progress.get("curves")).items()
-        },
-        test_curves={
-            i: [tuple(p) for p in c]
-            for i, c in as_ints(progress.get("test_curves")).items()
-        },
+        curves=as_curves("curves"),
+        test_curves=as_curves("test_curves"),
         resumed=dict(
             evals=as_ints(progress.get("evals")),
             stopped=stopped,
