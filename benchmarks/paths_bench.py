@@ -23,8 +23,6 @@ from unittest import mock
 
 from absl import app
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from benchmarks import step_pairs
 from configs import dyck as dyck_config
@@ -67,13 +65,7 @@ def _case(config):
   state, tx, _ = train.init_state(config, spec)
   batch = jax.device_put(train.train_batch(config, task, 0))
   steps = {k: _forced(config, spec, tx, k == "paths") for k in ORDERS}
-  states = {
-      k: steps[k](jax.tree.map(jnp.array, state), batch)[0] for k in steps
-  }
-  for k, step in steps.items():  # A second step each, then equal states.
-    states[k] = step(states[k], batch)[0]
-  for a, b in zip(*(jax.tree.leaves(s.params) for s in states.values())):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  states = step_pairs.same_steps(steps, state, batch, rtol=1e-4, atol=1e-6)
   return spec, steps, states, batch
 
 

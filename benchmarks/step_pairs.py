@@ -7,6 +7,8 @@ import time
 
 from absl import flags
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from ut.io import roofline as roofline_lib
 
@@ -27,6 +29,20 @@ def check_cases(names, known):
   unknown = sorted(set(names) - set(known))
   if unknown:
     raise SystemExit(f"unknown --cases {unknown}; use some of {list(known)}")
+
+
+def same_steps(steps, state, batch, *, rtol, atol):
+  """steps: key -> a jitted (state, batch) -> (state, metrics) that donates
+  its state. Takes two steps of each from copies of `state` on `batch`,
+  checks that every pair of parameters ends within rtol and atol, and
+  returns key -> its state (to time on from)."""
+  states = {k: jax.tree.map(jnp.array, state) for k in steps}
+  for _ in range(2):
+    for k, step in steps.items():
+      states[k] = step(states[k], batch)[0]
+  for a, b in zip(*(jax.tree.leaves(s.params) for s in states.values())):
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+  return states
 
 
 def median_ms(cases, repeats, steps):

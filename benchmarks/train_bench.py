@@ -266,16 +266,40 @@ def coefficient_flops(spec, batch_size, num_tokens):
   return once, twice
 
 
+def residual_flops(spec, batch_size, num_tokens):
+  """(once, twice): the matmul FLOPs of the random UT's coefficient form
+  with res_ln (`ut.cpu.forward._random_residual_coefficients`), every
+  position's logits, split by backward cost: once, its tables Rc wq, Rc wk,
+  Rc wv (2 P M (2 K + M) H a layer, a frozen operand); twice, the rest of
+  `ut.cpu.forward.residual_costs`' count (the Gram matrices, the
+  coefficients' matmuls, the last state) and the unembedding."""
+  m, h, k = spec.model_width, spec.num_heads, spec.head_width
+  once = sum(
+      2 * p * m * (2 * k + m) * h
+      for p in cpu_forward.residual_coefficient_widths(spec, num_tokens)
+  )
+  coefficient, _, _ = cpu_forward.residual_costs(spec, batch_size, num_tokens)
+  unembed = 2 * batch_size * num_tokens * m * spec.num_classes
+  return once, 2 * coefficient - once + unembed
+
+
 def analytic_flops(spec, batch_size, num_tokens):
   """(forward, step) matmul FLOPs of `train_step`: the module docstring's
   formula, for the full forward (every position's logits; a spec with
   last_only, Dyck's, computes less in its last layer); for an attention-only
   random UT that `ut.cpu.forward.coefficient_form` admits (on CPU),
-  `coefficient_flops`."""
+  `coefficient_flops`; for a random UT with res_ln that
+  `ut.cpu.forward.residual_coefficient_form` admits, `residual_flops`."""
   if models.resolve_impl(spec.impl) == "xla_cpu" and (
       cpu_forward.coefficient_form(spec, num_tokens)
   ):
     once, twice = coefficient_flops(spec, batch_size, num_tokens)
+    forward = once + twice
+    return forward, forward + once + 2 * twice
+  if models.resolve_impl(spec.impl) == "xla_cpu" and (
+      cpu_forward.residual_coefficient_form(spec, batch_size, num_tokens)
+  ):
+    once, twice = residual_flops(spec, batch_size, num_tokens)
     forward = once + twice
     return forward, forward + once + 2 * twice
   b, t, m, h = batch_size, num_tokens, spec.model_width, spec.num_heads

@@ -653,9 +653,47 @@ class PathsBenchTest(absltest.TestCase):
       self.assertEqual(row[6] == "paths", float(row[5]) >= 1 / 1.2, row)
 
 
+class ResidualBenchTest(absltest.TestCase):
+
+  @pytest.mark.slow
+  def test_times_both_orders_after_checking_they_agree(self):
+    proc = _python(
+        "-m",
+        "benchmarks.residual_bench",
+        "--cases=khop1_m400,dyck",
+        "--repeats=1",
+        "--steps=1",
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+    self.assertIn("states equal after 2 steps", proc.stdout)
+    rows = re.findall(
+        r"^  (\w+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)"
+        r" +(\w+)$",
+        proc.stdout,
+        re.M,
+    )
+    self.assertEqual([r[0] for r in rows], ["khop1_m400", "dyck"], proc.stdout)
+    for _, slow, fast, ratio, madds, weighted, rule in rows:
+      slow, fast = float(slow), float(fast)
+      self.assertBetween(
+          float(ratio),
+          (slow - 0.05) / (fast + 0.05) - 0.005,
+          (slow + 0.05) / (fast - 0.05) + 0.005,
+      )
+      # Weighting the per-row part only lowers the ratio; the rule reads it.
+      self.assertLessEqual(float(weighted), float(madds))
+      self.assertEqual(rule == "form", float(weighted) >= 1.25, proc.stdout)
+    self.assertEqual([r[6] for r in rows], ["form", "m_wide"])
+
+
 class UnknownCaseTest(parameterized.TestCase):
 
-  @parameterized.parameters("benchmarks.split_bench", "benchmarks.paths_bench")
+  @parameterized.parameters(
+      "benchmarks.split_bench",
+      "benchmarks.paths_bench",
+      "benchmarks.residual_bench",
+  )
   def test_unknown_case_is_one_line_error(self, module):
     proc = _python("-m", module, "--cases=nope")
     self.assertNotEqual(proc.returncode, 0)

@@ -642,6 +642,47 @@ def last_row_loss_and_grads(params, spec, tokens_BxT):
   return {last_only: logits_and_grads(last_only) for last_only in (0, 1)}
 
 
+def ce_logits_and_grads(spec, tokens):
+  """A jitted (params, apply, last_only) -> (logits, gradients) of a
+  cross-entropy on the logits `apply(params, spec, tokens, last_only=...)`
+  returns (labels: tokens % CLASSES); apply and last_only are static."""
+  labels = tokens % CLASSES
+
+  @functools.partial(jax.jit, static_argnums=(1, 2))
+  def logits_and_grads(p, apply, last_only):
+    def loss(p):
+      logits = apply(p, spec, tokens, last_only=last_only)
+      rows = labels[:, -logits.shape[1] :]
+      logp = jax.nn.log_softmax(logits)
+      ce = -jnp.take_along_axis(logp, rows[..., None], -1).sum()
+      return ce, logits
+
+    (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(p)
+    return logits, grads
+
+  return logits_and_grads
+
+
+def assert_trainable_match(got, want, msg):
+  """(logits, grads) against (logits, grads): the logits and the gradients
+  of E and U within LAST_ONLY_TOL (relative to each gradient's largest)."""
+  np.testing.assert_allclose(
+      got[0], want[0], atol=LAST_ONLY_TOL, rtol=LAST_ONLY_TOL, err_msg=msg
+  )
+  for name, g, w in (
+      ("token", got[1]["embed"]["token"], want[1]["embed"]["token"]),
+      ("position", got[1]["embed"]["position"], want[1]["embed"]["position"]),
+      ("unembed", got[1]["unembed"], want[1]["unembed"]),
+  ):
+    np.testing.assert_allclose(
+        g,
+        w,
+        atol=LAST_ONLY_TOL * np.abs(w).max(),
+        rtol=LAST_ONLY_TOL,
+        err_msg=f"{msg} {name}",
+    )
+
+
 def dot_flops(jaxpr):
   """2 x multiply-adds of every dot_general in a jaxpr, nested ones included."""
   total = 0
@@ -736,20 +777,7 @@ class LastOnlyTest(parameterized.TestCase):
     self.assertTrue(cpu_forward.coefficient_form(spec, t))
     ref = dataclasses.replace(spec, impl="reference")
     params, tokens = make_inputs(ref, seed=5 + spec.num_layers, t=t)
-    labels = tokens % CLASSES
-
-    @functools.partial(jax.jit, static_argnums=(1, 2))
-    def logits_and_grads(p, apply, last_only):
-      def loss(p):
-        logits = apply(p, spec, tokens, last_only=last_only)
-        rows = labels[:, -logits.shape[1] :]
-        logp = jax.nn.log_softmax(logits)
-        ce = -jnp.take_along_axis(logp, rows[..., None], -1).sum()
-        return ce, logits
-
-      (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(p)
-      return logits, grads
-
+    logits_and_grads = ce_logits_and_grads(spec, tokens)
     ref_apply = lambda p, s, x, last_only: models.apply(
         p, ref, x, last_only=last_only
     )
@@ -760,34 +788,146 @@ class LastOnlyTest(parameterized.TestCase):
       split = models.split_frozen(p64, spec, t)
       self.assertTrue(cpu_forward.is_split(split["layers"]))
       for last_only in (False, True):
-        want, want_grads = logits_and_grads(p64, ref_apply, last_only)
-        self.assertGreater(np.abs(want_grads["embed"]["position"]).max(), 1e-6)
+        want = logits_and_grads(p64, ref_apply, last_only)
+        self.assertGreater(np.abs(want[1]["embed"]["position"]).max(), 1e-6)
         for name, apply, p in (
             ("stacked", models.apply, p64),
             ("m_wide", cpu_forward.apply_m_wide, p64),
             ("split", models.apply, split),
         ):
-          got, grads = logits_and_grads(p, apply, last_only)
-          msg = f"{name} last_only={last_only}"
-          np.testing.assert_allclose(
-              got, want, atol=LAST_ONLY_TOL, rtol=LAST_ONLY_TOL, err_msg=msg
+          assert_trainable_match(
+              logits_and_grads(p, apply, last_only),
+              want,
+              f"{name} last_only={last_only}",
           )
-          for name, g, w in (
-              ("token", grads["embed"]["token"], want_grads["embed"]["token"]),
-              (
-                  "position",
-                  grads["embed"]["position"],
-                  want_grads["embed"]["position"],
-              ),
-              ("unembed", grads["unembed"], want_grads["unembed"]),
-          ):
-            np.testing.assert_allclose(
-                g,
-                w,
-                atol=LAST_ONLY_TOL * np.abs(w).max(),
-                rtol=LAST_ONLY_TOL,
-                err_msg=f"{msg} {name}",
-            )
+
+  @parameterized.product(num_layers=(1, 2, 3), causal=(True, False))
+  def test_random_residual_coefficient_form(self, num_layers, causal):
+    """The random UT with res_ln in coefficient form
+    (`ut.cpu.forward._random_residual_coefficients`, which xla_cpu's apply
+    takes here) and the m-wide order against the reference, float64: every
+    row's logits and the last row's alone, and the gradients of a
+    cross-entropy on them w.r.t. E and U."""
+    self.check_residual_form(num_layers=num_layers, causal=causal)
+
+  @parameterized.named_parameters(
+      ("three_looped_layers", dict(num_layers=3, shared=True)),
+      ("three_heads", dict(num_heads=3, num_layers=2)),
+      ("one_token", dict(num_layers=2, t=1)),
+      # Narrower than its coefficient state (P = 11, 33, 99).
+      ("narrow", dict(num_layers=3, m=20)),
+  )
+  def test_random_residual_coefficient_form_other_shapes(self, overrides):
+    self.check_residual_form(**overrides)
+
+  def check_residual_form(self, t=T, **spec_overrides):
+    spec = make_spec("random", "res_ln", impl="xla_cpu", **spec_overrides)
+    ref = dataclasses.replace(spec, impl="reference")
+    params, tokens = make_inputs(ref, seed=7 + spec.num_layers, t=t)
+    logits_and_grads = ce_logits_and_grads(spec, tokens)
+    ref_apply = lambda p, s, x, last_only: models.apply(
+        p, ref, x, last_only=last_only
+    )
+
+    def forced(form):  # models.apply with the form's rule forced: the rule
+      # holds for wide UTs and large batches only.
+      def apply(p, s, x, last_only):
+        with mock.patch.object(
+            cpu_forward, "residual_coefficient_form", lambda *_: form
+        ):
+          return models.apply(p, s, x, last_only=last_only)
+
+      return apply
+
+    with jax.enable_x64(True):
+      p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+      for last_only in (False, True):
+        want = logits_and_grads(p64, ref_apply, last_only)
+        self.assertGreater(np.abs(want[1]["embed"]["position"]).max(), 1e-6)
+        for name, form in (("form", True), ("m_wide", False)):
+          assert_trainable_match(
+              logits_and_grads(p64, forced(form), last_only),
+              want,
+              f"{name} last_only={last_only}",
+          )
+
+  @parameterized.product(num_layers=(2, 3), last_only=(False, True))
+  def test_residual_costs_count_the_forwards_matmuls(
+      self, num_layers, last_only
+  ):
+    """`residual_costs` against the multiply-adds of every matmul each order
+    traces, less what it leaves aside: the unembedding (B Q M C) and the
+    final LayerNorm's row sums (2 B Q M) for both; in the m-wide order also
+    the one-hot token embedding (B T V M) and each layer's LayerNorm row sums
+    (2 B T M). P_l = (T + V) 3^l = 11 3^l here."""
+    spec = make_spec("random", "res_ln", impl="xla_cpu", num_layers=num_layers)
+    params, tokens = make_inputs(spec, seed=3)
+
+    def madds(form, tokens=tokens):
+      with mock.patch.object(
+          cpu_forward, "residual_coefficient_form", lambda *_: form
+      ):
+        jaxpr = jax.make_jaxpr(
+            lambda p: models.apply(p, spec, tokens, last_only=last_only)
+        )(params)
+      return dot_flops(jaxpr.jaxpr) // 2
+
+    m, q = spec.model_width, 1 if last_only else T
+    aside = B * q * m * CLASSES + 2 * B * q * m
+    coefficient, rows, m_wide = cpu_forward.residual_costs(
+        spec, B, T, last_only
+    )
+    self.assertEqual(madds(True), coefficient + aside)
+    # The per-row part: what a second batch adds, less its last state.
+    last_state = B * q * (1 + spec.num_heads) * 11 * 3 ** (num_layers - 1) * m
+    self.assertEqual(
+        madds(True, jnp.tile(tokens, (2, 1))) - madds(True),
+        rows + last_state + aside,
+    )
+    self.assertEqual(
+        madds(False),
+        m_wide + aside + B * T * VOCAB * m + num_layers * 2 * B * T * m,
+    )
+
+  def test_residual_coefficient_form_picks_by_multiply_adds(self):
+    """On k-hop's random UT with res_ln (batch 32, 32 tokens): the form from
+    m = 928 on at k = 2 and from m = 400 at k = 1, not at the k-hop table's
+    m = 256, nor with another variant or on the Dyck table (m = 256, 61
+    tokens, the loss on the last row: most of the form's work per row)."""
+    cases = {
+        ("model=random,variant=res_ln,k=2", 256): False,
+        ("model=random,variant=res_ln,k=2", 632): False,
+        ("model=random,variant=res_ln,k=2", 928): True,
+        ("model=random,variant=res_ln,k=2", 1264): True,
+        ("model=random,variant=res_ln,k=2", 2528): True,
+        ("model=random,variant=res_ln,k=1", 400): True,
+        ("model=random,variant=res_ln,k=1", 200): False,
+        ("model=random,variant=res_ln_mlp,k=2", 2528): False,
+        ("model=random,variant=attn,k=2", 2528): False,
+    }
+    for (arg, m), want in cases.items():
+      config = khop_config.get_config(arg)
+      config.model.m = m
+      task = data_lib.make_task(config)
+      spec = train.model_spec(config, task.info)
+      b, t = train.train_batch(config, task, 0)["tokens"].shape
+      self.assertEqual((b, t), (32, 32))
+      costs = cpu_forward.residual_costs(spec, b, t)
+      self.assertEqual(
+          cpu_forward.residual_coefficient_form(spec, b, t),
+          want,
+          f"{arg} m={m}: {costs} multiply-adds",
+      )
+      # The training step then takes the batch whole.
+      if want:
+        self.assertEqual(train.default_microbatches(b, t, spec), 1)
+    config = dyck_config.get_config("model=random,variant=res_ln")
+    task = data_lib.make_task(config)
+    spec = train.model_spec(config, task.info)
+    b, t = train.train_batch(config, task, 0)["tokens"].shape
+    self.assertFalse(
+        cpu_forward.residual_coefficient_form(spec, b, t, spec.last_only)
+    )
 
   def test_split_layers_hold_the_stacked_maps_and_serve_the_form_only(self):
     spec = make_spec("random", "attn", num_layers=2, impl="xla_cpu")

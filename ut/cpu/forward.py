@@ -45,6 +45,10 @@ def apply(params, spec, tokens_BxT, precision=None, last_only=False):
     return _random_attn_coefficients(
         params, spec, tokens_BxT, precision, last_only
     )
+  if residual_coefficient_form(spec, *tokens_BxT.shape, last_only):
+    return _random_residual_coefficients(
+        params, spec, tokens_BxT, precision, last_only
+    )
   if is_split(params["layers"]):
     raise ValueError(
         "split layers (`split_layers`) serve the coefficient form only; "
@@ -135,6 +139,81 @@ def coefficient_form(spec, num_tokens):
     return False
   coefficient, m_wide = string_costs(spec, num_tokens)
   return 2 * coefficient <= m_wide
+
+
+def residual_coefficient_widths(spec, num_tokens):
+  """[P_l], the coefficient state that layer l of
+  `_random_residual_coefficients` reads: (T + V) (1 + H)^l rows (each layer
+  adds H heads' mixes to the residual's)."""
+  return [
+      (num_tokens + spec.vocab_size) * (1 + spec.num_heads) ** l
+      for l in range(spec.num_layers)
+  ]
+
+
+def residual_costs(spec, batch_size, num_tokens, last_only=False):
+  """(coefficient form, its per-row part, M-wide order): the multiply-adds
+  of one call on a (B, T) batch through a random UT with res_ln, the
+  embedding and the unembedding aside.
+
+  Coefficient form (`_random_residual_coefficients`), layer l with
+  P = P_l rows: the tables Rc wq, Rc wk, Rc wv (P M (2 K + M) H) and the
+  Gram matrix (P^2 M); per row its variance (P^2) and key (P K H), per
+  query row its query (P K H), scores and mix (T (K + P) H): the per-row
+  part, many small matmuls over P-wide coefficients; then the last state,
+  B Q (1 + H) P_{L-1} M. M-wide order (`apply_m_wide`): layer 1 from the
+  tables ((T + V) M^2 H, and B Q H (T + V + 1) M to combine them), every
+  later layer's mix and values, (A_h x) wv_h (B Q T M H and B Q M^2 H);
+  layer 1's attention over the tokens and the mean, B Q T (V + 1) H; each
+  layer's keys (B T M K H), queries (B Q M K H) and scores (B Q T K H). Q is
+  T, or 1 in the last layer with last_only.
+  """
+  b, t, h, k, m = (
+      batch_size,
+      num_tokens,
+      spec.num_heads,
+      spec.head_width,
+      spec.model_width,
+  )
+  widths = residual_coefficient_widths(spec, t)
+  coefficient = rows = m_wide = 0
+  for layer, p in enumerate(widths):
+    q = 1 if last_only and layer == len(widths) - 1 else t
+    coefficient += p * m * (2 * k + m) * h + p * p * m
+    rows += b * t * p * p + b * (t + q) * p * k * h + b * q * t * (k + p) * h
+    m_wide += b * (t + q) * m * k * h + b * q * t * k * h
+    if layer == 0:
+      v = spec.vocab_size
+      m_wide += widths[0] * m * m * h + b * q * h * (widths[0] + 1) * m
+      m_wide += b * q * t * (v + 1) * h
+    else:
+      m_wide += b * q * m * m * h + b * q * t * m * h
+  q = 1 if last_only else t
+  coefficient += rows + b * q * (1 + h) * widths[-1] * m
+  return coefficient, rows, m_wide
+
+
+# The coefficient form's per-row matmuls ran at about a fourth of its
+# tables' rate: `residual_coefficient_form` counts them 4 times.
+RESIDUAL_ROW_WEIGHT = 4
+
+
+def residual_coefficient_form(spec, batch_size, num_tokens, last_only=False):
+  """Whether `apply` computes a random UT with res_ln in coefficient form
+  (`_random_residual_coefficients`): where its multiply-adds, the per-row
+  part counted RESIDUAL_ROW_WEIGHT times, are at most 0.8 of the M-wide
+  order's (`residual_costs`). Its tables are paid once a call, so it holds
+  for wide UTs and large batches: k-hop's (batch 32 of 32 tokens) from
+  m = 400 at k = 1 and m = 928 at k = 2, not the Dyck table's (m = 256,
+  61 tokens, most of its work per row). The weights come from
+  benchmarks/residual_bench.py (docs/performance.md)."""
+  if spec.kind != "random" or spec.variant != "res_ln":
+    return False
+  coefficient, rows, m_wide = residual_costs(
+      spec, batch_size, num_tokens, last_only
+  )
+  weighted = coefficient + (RESIDUAL_ROW_WEIGHT - 1) * rows
+  return 5 * weighted <= 4 * m_wide
 
 
 def sparse_string_costs(spec, num_tokens, last_only):
@@ -294,6 +373,28 @@ def _random_first_layer(
   ).reshape(b, t, -1)
 
 
+def _head_rows(w_HxMxN, of, precision):
+  """[R w_h]_h as (P, H, N), R the rows of the tables `of` stacked."""
+  # A 2-D dot per head: the einsum "pm,hmn->phn" ran as a batched dot over
+  # a broadcast R, and made the learnability's step (m = 2880) 1.6x slower.
+  r_PxM = jnp.concatenate(of, axis=0) if len(of) > 1 else of[0]
+  return jnp.stack(
+      [jnp.dot(r_PxM, w, precision=precision) for w in w_HxMxN], axis=1
+  )
+
+
+def _project(lhs_BxSxP, r_PxHxK, precision):
+  """lhs R w_h for every head, (B, H, S, K), from the rows (P, H, K)."""
+  out = kernels.batched_matmul(
+      lhs_BxSxP.reshape(-1, lhs_BxSxP.shape[-1]),
+      r_PxHxK.reshape(r_PxHxK.shape[0], -1),
+      precision,
+  )
+  return out.reshape(*lhs_BxSxP.shape[:2], *r_PxHxK.shape[1:]).transpose(
+      0, 2, 1, 3
+  )
+
+
 def _random_attn_coefficients(
     params, spec, tokens_BxT, precision, last_only=False
 ):
@@ -321,23 +422,8 @@ def _random_attn_coefficients(
       tokens_BxT, tok_VxM.shape[0], dtype=tok_VxM.dtype
   )
 
-  def rows(w_HxMxN, of):  # [R w_h]_h as (P, H, N): of = (pos, tok) tables.
-    # A 2-D dot per head: the einsum "pm,hmn->phn" ran as a batched dot over
-    # a broadcast R, and made the learnability's step (m = 2880) 1.6x slower.
-    r_PxM = jnp.concatenate(of, axis=0) if len(of) > 1 else of[0]
-    return jnp.stack(
-        [jnp.dot(r_PxM, w, precision=precision) for w in w_HxMxN], axis=1
-    )
-
-  def project(lhs_BxSxP, r_PxHxK):  # (lhs R w_h) for every head, (B, H, S, K).
-    out = kernels.batched_matmul(
-        lhs_BxSxP.reshape(-1, lhs_BxSxP.shape[-1]),
-        r_PxHxK.reshape(r_PxHxK.shape[0], -1),
-        precision,
-    )
-    return out.reshape(*lhs_BxSxP.shape[:2], *r_PxHxK.shape[1:]).transpose(
-        0, 2, 1, 3
-    )
+  rows = lambda w_HxMxN, of: _head_rows(w_HxMxN, of, precision)
+  project = lambda lhs, r_PxHxK: _project(lhs, r_PxHxK, precision)
 
   def from_tables(w_HxMxK):  # Layer 1: (E_tok w)[x] + (E_pos w)[t].
     tok_VxHxK, pos_SxHxK = rows(w_HxMxK, [tok_VxM]), rows(w_HxMxK, [pos_SxM])
@@ -389,6 +475,85 @@ def _random_attn_coefficients(
     # R' = [R wv_h]_h, rows in lhs' order: (h, p).
     r_PxHxM = rows(wv, tables)
     tables = (r_PxHxM.transpose(1, 0, 2).reshape(-1, r_PxHxM.shape[-1]),)
+
+
+def _random_residual_coefficients(
+    params, spec, tokens_BxT, precision, last_only=False
+):
+  """The logits (B, T, C) of the random UT with res_ln ((B, 1, C), the last
+  row's, with last_only), every layer but the output's without an M-wide
+  state.
+
+  As in `_random_attn_coefficients`, the state is z = lhs R: coefficients
+  lhs (B, T, P) over rows R (P, M) shared by the batch, first
+  lhs_0 = [onehot(t), onehot(x)] and R_0 = [E_pos; E_tok]. LayerNorm keeps
+  that form: z - mean(z) = lhs Rc, Rc = R less each row's mean, and
+  var(z) = lhs G lhs^T / M with G = Rc Rc^T, so LN(z) = X Rc with
+  X = lhs / std(z). A layer adds its heads to the residual:
+  z' = z + sum_h A_h X Rc wv_h, that is lhs' = [lhs, A_h X]_h and
+  R' = [R; Rc wv_h]_h ((1 + H) P rows), and reads its queries and keys off
+  the tables Rc wq and Rc wk. The final LayerNorm and the unembedding read
+  the last state formed, lhs R, (B, T, M). So the values cost the tables,
+  about P M^2 H a layer once a call, instead of B T M^2 H, with
+  P = (T + V) (1 + H)^l. `residual_coefficient_form` says when it is used.
+  """
+  b, s = tokens_BxT.shape
+  tok_VxM = params["embed"]["token"]
+  m = tok_VxM.shape[1]
+  eye_BxSxS = jnp.broadcast_to(jnp.eye(s, dtype=tok_VxM.dtype), (b, s, s))
+  onehot_BxSxV = jax.nn.one_hot(
+      tokens_BxT, tok_VxM.shape[0], dtype=tok_VxM.dtype
+  )
+  lhs_BxSxP = jnp.concatenate([eye_BxSxS, onehot_BxSxV], axis=-1)
+  r_PxM = jnp.concatenate([params["embed"]["position"][:s], tok_VxM], axis=0)
+  for layer in range(spec.num_layers):
+    last = last_only and layer == spec.num_layers - 1
+    wq, wk, wv = _layer_maps(params["layers"], layer)
+    rc_PxM = r_PxM - r_PxM.mean(axis=1, keepdims=True)
+    gram_PxP = jnp.dot(rc_PxM, rc_PxM.T, precision=precision) / m
+    var_BxS = (
+        kernels.batched_matmul(
+            lhs_BxSxP.reshape(b * s, -1), gram_PxP, precision
+        ).reshape(lhs_BxSxP.shape)
+        * lhs_BxSxP
+    ).sum(-1)
+    # A sum of squares, but rounding may take it below 0 where it is ~0.
+    x_BxSxP = (
+        lhs_BxSxP
+        * jax.lax.rsqrt(jnp.maximum(var_BxS, 0.0) + kernels.LN_EPS)[..., None]
+    )
+    if last:
+      x_BxQxP, lhs_BxSxP = x_BxSxP[:, -1:], lhs_BxSxP[:, -1:]
+    else:
+      x_BxQxP = x_BxSxP
+    q_BxHxSxK = _project(
+        x_BxQxP, _head_rows(wq, [rc_PxM], precision), precision
+    )
+    k_BxHxSxK = _project(
+        x_BxSxP, _head_rows(wk, [rc_PxM], precision), precision
+    )
+    a_BxHxQxS = kernels.attention_weights(
+        q_BxHxSxK, k_BxHxSxK, causal=spec.causal, precision=precision
+    )
+    mixed_BxQxHxP = jnp.einsum(
+        "bhts,bsp->bthp", a_BxHxQxS, x_BxSxP, precision=precision
+    )
+    values_PxHxM = _head_rows(wv, [rc_PxM], precision)
+    q = mixed_BxQxHxP.shape[1]
+    lhs_BxSxP = jnp.concatenate(
+        [lhs_BxSxP, mixed_BxQxHxP.reshape(b, q, -1)], axis=-1
+    )
+    # Rows in lhs' order: R's, then (h, p).
+    r_PxM = jnp.concatenate(
+        [r_PxM, values_PxHxM.transpose(1, 0, 2).reshape(-1, m)], axis=0
+    )
+  q = lhs_BxSxP.shape[1]
+  z_BxQxM = kernels.batched_matmul(
+      lhs_BxSxP.reshape(b * q, -1), r_PxM, precision
+  ).reshape(b, q, m)
+  return kernels.unembed(
+      kernels.layer_norm(z_BxQxM), params["unembed"], precision
+  )
 
 
 def _levels(ut, w, axis=-1):

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from ut.core import transformer
 
 HIGHEST = jax.lax.Precision.HIGHEST
+LN_EPS = 1e-5  # LayerNorm's, as `ut.training.models.layer_norm`.
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -202,7 +203,7 @@ def attention_layer(
   return jnp.einsum("bhtv,hvw->btw", o_BxHxTxV, wo_HxVxW, precision=precision)
 
 
-def level_stats(levels, eps=1e-5):
+def level_stats(levels, eps=LN_EPS):
   """LayerNorm's mean and 1/std, (B, T, 1), of the concatenation of `levels`.
 
   The row sums are matmuls with a ones vector: XLA CPU runs them in its dot
@@ -221,7 +222,7 @@ def level_stats(levels, eps=1e-5):
   return mean, jax.lax.rsqrt(var + eps)
 
 
-def layer_norm(z, eps=1e-5):
+def layer_norm(z, eps=LN_EPS):
   """Parameter-free LayerNorm over the last axis, from `level_stats`."""
   mean, inv = level_stats([z], eps)
   return (z - mean) * inv

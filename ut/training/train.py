@@ -185,13 +185,18 @@ def default_microbatches(batch_size, num_tokens, spec, m_wide=False):
   The random UT's coefficient form (`ut.cpu.forward.coefficient_form`, whose
   per-string cost does not grow with m) takes the batch whole: 1 part was
   its fastest of 1, 4 and 16 on Dyck at m = 256 and 512
-  (benchmarks/last_only_bench.py). m_wide=True: the count for the M-wide
+  (benchmarks/last_only_bench.py). So does the form with res_ln
+  (`ut.cpu.forward.residual_coefficient_form`), whose tables each part
+  would pay again. m_wide=True: the count for the M-wide
   order even there (`ut.cpu.forward.apply_m_wide`, a benchmark's baseline)."""
   if (
       not m_wide
       and host.on_cpu()
       and models.resolve_impl(spec.impl) == "xla_cpu"
-      and cpu_forward.coefficient_form(spec, num_tokens)
+      and (
+          cpu_forward.coefficient_form(spec, num_tokens)
+          or cpu_forward.residual_coefficient_form(spec, batch_size, num_tokens)
+      )
   ):
     return 1
   width = spec.model_width + (
