@@ -33,13 +33,18 @@ def check_cases(names, known):
 
 def same_steps(steps, state, batch, *, rtol, atol):
   """steps: key -> a jitted (state, batch) -> (state, metrics) that donates
-  its state. Takes two steps of each from copies of `state` on `batch`,
-  checks that every pair of parameters ends within rtol and atol, and
+  its state. Takes three steps of each from copies of `state` on `batch`,
+  checks that each step's loss (the forward's value: the first steps'
+  Adam updates are lr sign(g) and would hide a gradient of the wrong size)
+  and every pair of parameters after them agree within rtol and atol, and
   returns key -> its state (to time on from)."""
   states = {k: jax.tree.map(jnp.array, state) for k in steps}
-  for _ in range(2):
+  for _ in range(3):
+    losses = []
     for k, step in steps.items():
-      states[k] = step(states[k], batch)[0]
+      states[k], metrics = step(states[k], batch)
+      losses.append(float(metrics["loss"]))
+    np.testing.assert_allclose(losses, losses[0], rtol=rtol, atol=atol)
   for a, b in zip(*(jax.tree.leaves(s.params) for s in states.values())):
     np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
   return states
@@ -71,5 +76,5 @@ def header(tag, repeats, steps):
   return (
       f"[{tag}] jax {jax.__version__} on {jax.default_backend()}; 2048^2 "
       f"matmul {gflops:.0f} GFLOP/s; medians of {repeats} interleaved "
-      f"rounds of {steps} steps; states equal after 2 steps"
+      f"rounds of {steps} steps; losses and states equal over 3 steps"
   )

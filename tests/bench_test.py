@@ -613,7 +613,7 @@ class SplitBenchTest(absltest.TestCase):
         env=dict(os.environ, JAX_PLATFORMS="cpu"),
     )
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    self.assertIn("states equal after 2 steps", proc.stdout)
+    self.assertIn("losses and states equal over 3 steps", proc.stdout)
     _assert_ratio_rows(self, proc.stdout, ["khop_k3"], rounding=0.05)
 
 
@@ -630,7 +630,7 @@ class PathsBenchTest(absltest.TestCase):
         env=dict(os.environ, JAX_PLATFORMS="cpu"),
     )
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    self.assertIn("states equal after 2 steps", proc.stdout)
+    self.assertIn("losses and states equal over 3 steps", proc.stdout)
     rows = re.findall(
         r"^  (\w+) +(\d+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +(\w+)$",
         proc.stdout,
@@ -666,7 +666,7 @@ class ResidualBenchTest(absltest.TestCase):
         env=dict(os.environ, JAX_PLATFORMS="cpu"),
     )
     self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    self.assertIn("states equal after 2 steps", proc.stdout)
+    self.assertIn("losses and states equal over 3 steps", proc.stdout)
     rows = re.findall(
         r"^  (\w+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)"
         r" +(\w+)$",

@@ -890,10 +890,11 @@ class LastOnlyTest(parameterized.TestCase):
     )
 
   def test_residual_coefficient_form_picks_by_multiply_adds(self):
-    """On k-hop's random UT with res_ln (batch 32, 32 tokens): the form from
-    m = 928 on at k = 2 and from m = 400 at k = 1, not at the k-hop table's
-    m = 256, nor with another variant or on the Dyck table (m = 256, 61
-    tokens, the loss on the last row: most of the form's work per row)."""
+    """On k-hop's random UT with res_ln (batch 32, 32 tokens): the form at
+    the benchmarked m = 928 and up at k = 2 and m = 400 and up at k = 1, not
+    at m = 632 or the k-hop table's m = 256, nor with another variant or on
+    the Dyck table (m = 256, 61 tokens, the loss on the last row: most of
+    the form's work per row)."""
     cases = {
         ("model=random,variant=res_ln,k=2", 256): False,
         ("model=random,variant=res_ln,k=2", 632): False,

@@ -204,8 +204,8 @@ def residual_coefficient_form(spec, batch_size, num_tokens, last_only=False):
   part counted RESIDUAL_ROW_WEIGHT times, are at most 0.8 of the M-wide
   order's (`residual_costs`). Its tables are paid once a call, so it holds
   for wide UTs and large batches: k-hop's (batch 32 of 32 tokens) from
-  m = 400 at k = 1 and m = 928 at k = 2, not the Dyck table's (m = 256,
-  61 tokens, most of its work per row). The weights come from
+  m = 384 at k = 1 and m = 792 at k = 2 (benchmarked at 400 and 928), not
+  the Dyck table's (m = 256, 61 tokens, most of its work per row). The weights come from
   benchmarks/residual_bench.py (docs/performance.md)."""
   if spec.kind != "random" or spec.variant != "res_ln":
     return False
@@ -510,10 +510,11 @@ def _random_residual_coefficients(
     last = last_only and layer == spec.num_layers - 1
     wq, wk, wv = _layer_maps(params["layers"], layer)
     rc_PxM = r_PxM - r_PxM.mean(axis=1, keepdims=True)
-    gram_PxP = jnp.dot(rc_PxM, rc_PxM.T, precision=precision) / m
+    # HIGHEST, as `kernels.level_stats`' LayerNorm statistics.
+    gram_PxP = jnp.dot(rc_PxM, rc_PxM.T, precision=kernels.HIGHEST) / m
     var_BxS = (
         kernels.batched_matmul(
-            lhs_BxSxP.reshape(b * s, -1), gram_PxP, precision
+            lhs_BxSxP.reshape(b * s, -1), gram_PxP, kernels.HIGHEST
         ).reshape(lhs_BxSxP.shape)
         * lhs_BxSxP
     ).sum(-1)

@@ -195,7 +195,9 @@ def default_microbatches(batch_size, num_tokens, spec, m_wide=False):
       and models.resolve_impl(spec.impl) == "xla_cpu"
       and (
           cpu_forward.coefficient_form(spec, num_tokens)
-          or cpu_forward.residual_coefficient_form(spec, batch_size, num_tokens)
+          or cpu_forward.residual_coefficient_form(
+              spec, batch_size, num_tokens, spec.last_only
+          )
       )
   ):
     return 1
