@@ -79,6 +79,50 @@ def fixed_step_flops():
   return 2 * once + 3 * twice
 
 
+def forward_flops(cases):
+  """[(the forward's dot_general FLOPs, `train_bench.analytic_flops`'
+  forward, B T M)] for cases (task module, config argument, model.m or 0 to
+  keep the config's), every position's logits, counted in a subprocess
+  (train_bench defines absl flags)."""
+  code = (
+      "import dataclasses, math, jax, jax.extend.core; from absl import "
+      "flags; flags.FLAGS(['x']); from benchmarks import train_bench; "
+      "from configs import dyck, khop; from ut.training import data, "
+      "models, train\n"
+      "def dots(j):\n"
+      "  n = 0\n"
+      "  for e in j.eqns:\n"
+      "    if e.primitive.name == 'dot_general':\n"
+      "      (c, _), _ = e.params['dimension_numbers']\n"
+      "      n += 2 * math.prod(e.outvars[0].aval.shape) * math.prod("
+      "e.invars[0].aval.shape[i] for i in c)\n"
+      "    n += sum(dots(s) for s in jax.extend.core.jaxprs_in_params("
+      "e.params))\n"
+      "  return n\n"
+      "for mod, arg, m in {cases!r}:\n"
+      "  c = {{'dyck': dyck, 'khop': khop}}[mod].get_config(arg)\n"
+      "  if m: c.model.m = m\n"
+      "  task = data.make_task(c)\n"
+      "  s = dataclasses.replace(train.model_spec(c, task.info), "
+      "last_only=False)\n"
+      "  p = models.init(jax.random.PRNGKey(0), s)\n"
+      "  x = train.train_batch(c, task, 0)['tokens']\n"
+      "  j = jax.make_jaxpr(lambda p: models.apply(p, s, x))(p).jaxpr\n"
+      "  print(dots(j), train_bench.analytic_flops(s, *x.shape)[0], "
+      "x.size * s.model_width)\n"
+  ).format(cases=cases)
+  proc = subprocess.run(
+      [sys.executable, "-c", code],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=True,
+  )
+  lines = proc.stdout.split("\n")[: len(cases)]
+  return [tuple(map(float, line.split())) for line in lines]
+
+
 class TrainBenchTest(absltest.TestCase):
 
   @pytest.mark.slow
@@ -169,48 +213,30 @@ class TrainBenchTest(absltest.TestCase):
   def test_random_attn_coefficient_flops_match_its_matmuls(self):
     # The coefficient form's count (`train_bench.coefficient_flops`) against
     # the jaxpr's dot_generals, at two and three layers.
-    cases = (
-        ("dyck", "model=random,variant=attn"),
-        ("khop", "model=random,variant=attn,k=2"),
+    rows = forward_flops(
+        (
+            ("dyck", "model=random,variant=attn", 0),
+            ("khop", "model=random,variant=attn,k=2", 0),
+        )
     )
-    code = (
-        "import dataclasses, math, jax, jax.extend.core; from absl import "
-        "flags; flags.FLAGS(['x']); from benchmarks import train_bench; "
-        "from configs import dyck, khop; from ut.training import data, "
-        "models, train\n"
-        "def dots(j):\n"
-        "  n = 0\n"
-        "  for e in j.eqns:\n"
-        "    if e.primitive.name == 'dot_general':\n"
-        "      (c, _), _ = e.params['dimension_numbers']\n"
-        "      n += 2 * math.prod(e.outvars[0].aval.shape) * math.prod("
-        "e.invars[0].aval.shape[i] for i in c)\n"
-        "    n += sum(dots(s) for s in jax.extend.core.jaxprs_in_params("
-        "e.params))\n"
-        "  return n\n"
-        "for mod, arg in {cases!r}:\n"
-        "  c = {{'dyck': dyck, 'khop': khop}}[mod].get_config(arg)\n"
-        "  task = data.make_task(c)\n"
-        "  s = dataclasses.replace(train.model_spec(c, task.info), "
-        "last_only=False)\n"
-        "  p = models.init(jax.random.PRNGKey(0), s)\n"
-        "  x = train.train_batch(c, task, 0)['tokens']\n"
-        "  j = jax.make_jaxpr(lambda p: models.apply(p, s, x))(p).jaxpr\n"
-        "  print(dots(j), train_bench.analytic_flops(s, *x.shape)[0])\n"
-    ).format(cases=cases)
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    lines = proc.stdout.split("\n")[: len(cases)]
-    for line in lines:
-      counted, formula = map(float, line.split())
+    for counted, formula, _ in rows:
       self.assertGreater(counted, 0)
       self.assertEqual(formula, counted)
+
+  @pytest.mark.slow
+  def test_random_residual_coefficient_flops_match_its_matmuls(self):
+    # The res_ln form's count (`train_bench.residual_flops`) against the
+    # jaxpr's dot_generals at two and three layers, where the rule takes the
+    # form; the count leaves out the final LayerNorm's two row sums, 4 B T M.
+    rows = forward_flops(
+        (
+            ("khop", "model=random,variant=res_ln,k=1", 400),
+            ("khop", "model=random,variant=res_ln,k=2", 928),
+        )
+    )
+    for counted, formula, btm in rows:
+      self.assertGreater(counted, 0)
+      self.assertEqual(formula + 4 * btm, counted)
 
   @pytest.mark.slow
   def test_bad_flags_are_errors_before_any_timing(self):
