@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from configs import cpu as cpu_config
@@ -307,9 +309,12 @@ class TrainAndEvaluateTest(parameterized.TestCase):
   def test_frozen_leaves_are_bit_identical_after_training(self):
     config = smoke_config(arg="model=random,variant=res_ln_mlp")
     workdir = self.create_tempdir().full_path
-    train.train_and_evaluate(config, workdir)
+    final = train.train_and_evaluate(config, workdir)
     params, spec, _, _, step = train.restore_params(workdir)
     self.assertEqual(step, config.train.steps)
+    # The checkpoint keeps no frozen leaf (restore_params takes them from the
+    # initial state); the trained state's checksum covers them all.
+    self.assertEqual(train.param_checksum(params), final["param_checksum"])
     before, after = initial_params(config), leaves_by_name(params)
     self.assertEqual(set(before), set(after))
     labels = labels_by_name(params, spec)
@@ -332,6 +337,67 @@ class TrainAndEvaluateTest(parameterized.TestCase):
         self.assertEqual(after[name].tobytes(), before[name].tobytes(), name)
       else:  # embed/token, embed/position, unembed all moved.
         self.assertFalse(np.array_equal(after[name], before[name]), name)
+
+  def test_checkpoint_keeps_trainable_leaves_and_whole_state_ones_resume(self):
+    """A checkpoint holds the step, the trainable leaves and the optimizer
+    state, not the frozen UT; resuming from it, or from a checkpoint of the
+    whole TrainState (the format before), ends as the uninterrupted run."""
+    config = smoke_config(arg="model=random,variant=res_ln_mlp")
+    self.assertEqual(
+        (config.train.steps, config.train.checkpoint_every), (4, 2)
+    )
+    whole = self.create_tempdir("whole").full_path
+    want = train.train_and_evaluate(config, whole)
+
+    before = initial_params(config)
+    trainable = ("embed/position", "embed/token", "unembed")
+    mngr = train.checkpoint_manager(whole)
+    tree = mngr.item_metadata(4).tree
+    self.assertEqual(set(tree), {"step", "trainable", "opt_state"})
+    self.assertEqual(
+        sorted(tuple(a.shape) for a in tree["trainable"]),
+        sorted(before[k].shape for k in trainable),
+    )
+    saved_bytes = sum(
+        os.path.getsize(os.path.join(d, f))
+        for d, _, files in os.walk(os.path.join(whole, "checkpoints", "4"))
+        for f in files
+    )
+    frozen_bytes = sum(
+        v.nbytes for k, v in before.items() if k not in trainable
+    )
+    self.assertLess(saved_bytes, frozen_bytes)
+    state = train.restore_checkpoint(
+        mngr,
+        2,
+        train.init_state(
+            config, train.model_spec(config, data_lib.make_task(config).info)
+        )[0],
+        train.model_spec(config, data_lib.make_task(config).info),
+    )
+    mngr.close()
+
+    def resume(name, save_step_2):
+      workdir = self.create_tempdir(name).full_path
+      shutil.copytree(whole, workdir, dirs_exist_ok=True)
+      for gone in ("checkpoints/4", "metrics.json"):
+        shutil.rmtree(os.path.join(workdir, gone), ignore_errors=True)
+        if os.path.isfile(os.path.join(workdir, gone)):
+          os.remove(os.path.join(workdir, gone))
+      save_step_2(workdir)
+      return train.train_and_evaluate(config, workdir)
+
+    def whole_state(workdir):  # What checkpoints held before.
+      shutil.rmtree(os.path.join(workdir, "checkpoints", "2"))
+      old = train.checkpoint_manager(workdir)
+      old.save(2, args=ocp.args.StandardSave(state))
+      old.wait_until_finished()
+      self.assertIn("layers", old.item_metadata(2).tree["params"])
+      old.close()
+
+    for got in (resume("compact", lambda _: None), resume("old", whole_state)):
+      for key in FINAL_KEYS:
+        self.assertEqual(got[key], want[key], key)
 
   def test_trained_kind_updates_every_weight(self):
     config = smoke_config(arg="model=trained,variant=res_ln_mlp")

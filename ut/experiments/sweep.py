@@ -181,32 +181,15 @@ def group_folder(workdir, configs):
   return os.path.join(workdir, "groups", digest)
 
 
-def _trainable(params, labels):
-  """The leaves of params labelled "train" (`models.labels`), in tree order:
-  what a checkpoint keeps (the frozen ones come back from `models.init`)."""
-  leaves = jax.tree.leaves(params)
-  return [p for p, l in zip(leaves, jax.tree.leaves(labels)) if l == "train"]
-
-
-def _with_trainable(params, labels, trainable):
-  """params with its "train" leaves replaced, in tree order, by trainable."""
-  leaves, treedef = jax.tree.flatten(params)
-  saved = iter(trainable)
-  return treedef.unflatten(
-      [
-          next(saved) if l == "train" else p
-          for p, l in zip(leaves, jax.tree.leaves(labels))
-      ]
-  )
-
-
 def _save_stopped(folder, run, params, labels):
   """A stopped run's trained params, kept beside the group's checkpoints."""
   path = os.path.join(folder, f"stopped_{run}.npz")
   with tempfile.NamedTemporaryFile(
       dir=folder, suffix=".npz", delete=False
   ) as f:
-    np.savez(f, *[np.asarray(x) for x in _trainable(params, labels)])
+    np.savez(
+        f, *[np.asarray(x) for x in train.trainable_leaves(params, labels)]
+    )
   os.replace(f.name, path)
 
 
@@ -214,17 +197,7 @@ def _load_stopped(folder, run, params, labels):
   """The stopped run's params: its initial `params` with the saved leaves."""
   with np.load(os.path.join(folder, f"stopped_{run}.npz")) as z:
     saved = [z[f"arr_{i}"] for i in range(len(z.files))]
-  return _with_trainable(params, labels, saved)
-
-
-def _checkpointed(state, labels):
-  """What a group's checkpoint holds of its stacked state: no frozen leaf
-  (a random UT's m x m maps are regenerated from its seeds on restore)."""
-  return dict(
-      step=state.step,
-      trainable=_trainable(state.params, labels),
-      opt_state=state.opt_state,
-  )
+  return train.with_trainable(params, labels, saved)
 
 
 def _restore_group(folder, mngr, state, labels):
@@ -235,7 +208,7 @@ def _restore_group(folder, mngr, state, labels):
   if not step:
     return state, 0, None
   abstract = jax.tree.map(
-      ocp.utils.to_shape_dtype_struct, _checkpointed(state, labels)
+      ocp.utils.to_shape_dtype_struct, train.checkpointed(state, labels)
   )
   restored = mngr.restore(
       step,
@@ -246,12 +219,7 @@ def _restore_group(folder, mngr, state, labels):
   )
   saved = restored.state
   logging.info("group resumed from %s at step %d", folder, step)
-  state = state.replace(
-      step=saved["step"],
-      params=_with_trainable(state.params, labels, saved["trainable"]),
-      opt_state=saved["opt_state"],
-  )
-  return state, step, restored.progress
+  return train.from_checkpointed(state, labels, saved), step, restored.progress
 
 
 def train_group(configs, folder=None):
@@ -288,7 +256,7 @@ def train_group(configs, folder=None):
   mngr = None
   if folder is not None:
     os.makedirs(folder, exist_ok=True)
-    mngr = train.checkpoint_manager(folder)
+    mngr = train.checkpoint_manager(folder, single_item=False)
     try:
       stacked, start_step, progress = _restore_group(
           folder, mngr, stacked, labels
@@ -338,7 +306,7 @@ def train_group(configs, folder=None):
     mngr.save(
         step,
         args=ocp.args.Composite(
-            state=ocp.args.StandardSave(_checkpointed(state, labels)),
+            state=ocp.args.StandardSave(train.checkpointed(state, labels)),
             progress=ocp.args.JsonSave(progress),
         ),
     )

@@ -759,13 +759,72 @@ def load_config(workdir):
   return ml_collections.ConfigDict(stored_config(raw))
 
 
-def checkpoint_manager(workdir, max_to_keep=2):
+def checkpoint_manager(workdir, max_to_keep=2, single_item=True):
+  """A run's checkpoints (one pytree a step: `checkpointed`); a group's
+  (ut/experiments/sweep.py) save several items, single_item=False."""
   return ocp.CheckpointManager(
       os.path.join(os.path.abspath(workdir), "checkpoints"),
       options=ocp.CheckpointManagerOptions(
           max_to_keep=max_to_keep, create=True
       ),
+      # Known up front, so that a fresh manager reads a step's metadata.
+      item_handlers=ocp.StandardCheckpointHandler() if single_item else None,
   )
+
+
+def trainable_leaves(params, labels):
+  """The leaves of params labelled "train" (`models.labels`), in tree order:
+  what a checkpoint keeps (the frozen ones come back from `models.init`)."""
+  leaves = jax.tree.leaves(params)
+  return [p for p, l in zip(leaves, jax.tree.leaves(labels)) if l == "train"]
+
+
+def with_trainable(params, labels, trainable):
+  """params with its "train" leaves replaced, in tree order, by trainable."""
+  leaves, treedef = jax.tree.flatten(params)
+  saved = iter(trainable)
+  return treedef.unflatten(
+      [
+          next(saved) if l == "train" else p
+          for p, l in zip(leaves, jax.tree.leaves(labels))
+      ]
+  )
+
+
+def checkpointed(state, labels):
+  """What a checkpoint holds of a (possibly stacked) TrainState: no frozen
+  leaf. The frozen weights are a function of the config (`models.init` draws
+  them from the seeds), so a restore takes them from the initial state; a
+  random UT's m x m maps would otherwise be most of every checkpoint."""
+  return dict(
+      step=state.step,
+      trainable=trainable_leaves(state.params, labels),
+      opt_state=state.opt_state,
+  )
+
+
+def from_checkpointed(state, labels, saved):
+  """state (the initial one) with `checkpointed`'s restored leaves in place."""
+  return state.replace(
+      step=saved["step"],
+      params=with_trainable(state.params, labels, saved["trainable"]),
+      opt_state=saved["opt_state"],
+  )
+
+
+def restore_checkpoint(mngr, step, state, spec):
+  """One run's TrainState at a checkpointed step; state is its initial one,
+  whose frozen leaves it keeps. Reads checkpoints that hold the whole state
+  too (written before checkpoints dropped the frozen leaves)."""
+  if "params" in mngr.item_metadata(step).tree:  # The whole state.
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
+    return mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+  labels = models.labels(state.params, spec)
+  abstract = jax.tree.map(
+      ocp.utils.to_shape_dtype_struct, checkpointed(state, labels)
+  )
+  saved = mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+  return from_checkpointed(state, labels, saved)
 
 
 def init_state(config, spec, warm_start=True):
@@ -857,8 +916,7 @@ def restore_params(workdir):
   step = mngr.latest_step()
   if step is None:
     raise UserError(f"{workdir} has no checkpoint yet")
-  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-  state = mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+  state = restore_checkpoint(mngr, step, state, spec)
   mngr.close()
   return state.params, spec, config, task, int(step)
 
@@ -920,12 +978,12 @@ def train_and_evaluate(config, workdir):
   mngr = checkpoint_manager(workdir)
   start_step = mngr.latest_step() or 0
   if start_step:
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-    state = mngr.restore(start_step, args=ocp.args.StandardRestore(abstract))
+    state = restore_checkpoint(mngr, start_step, state, spec)
     logging.info("resumed from checkpoint at step %d", start_step)
   train_log = _CsvLog(os.path.join(workdir, "train_metrics.csv"), start_step)
   eval_log = _CsvLog(os.path.join(workdir, "eval_metrics.csv"), start_step)
   writer = _summary_writer(workdir)
+  labels = models.labels(state.params, spec)
   step_fn, place_state, place_batch = make_step(config, spec, tx)
   held_out = eval_batches(config, task)
   tested = test_batches(config, task)
@@ -955,7 +1013,7 @@ def train_and_evaluate(config, workdir):
         on_log=on_log,
         on_eval=on_eval,
         save=lambda step, state, _: mngr.save(
-            step, args=ocp.args.StandardSave(state)
+            step, args=ocp.args.StandardSave(checkpointed(state, labels))
         ),
     )
   finally:
