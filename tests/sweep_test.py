@@ -269,7 +269,20 @@ class SweepTest(absltest.TestCase):
     # Run 1's last evaluation is its end: the test score recorded there is
     # the one `train.test_metrics` gives its final params.
     self.assertEqual(got[1]["test_curve"][-1][1], got[1]["test_accuracy"])
-    # Another group's shapes cannot resume from this folder: a one-line error.
+    # Frozen UTs other than those it trained with (as after a change in the
+    # code that draws them) are refused: the folder's frozen sums differ.
+    sums_path = os.path.join(folder, train.FROZEN_SUMS)
+    with open(sums_path) as f:
+      sums = json.load(f)
+    self.assertIn("layers/wq", sums)
+    sums["layers/wq"] = 2 * sums["layers/wq"] + 1
+    with open(sums_path, "w") as f:
+      json.dump(sums, f)
+    with self.assertRaisesRegex(UserError, r"frozen leaf layers/wq"):
+      sweep.train_group(configs, folder)
+    # Another group's shapes cannot resume from this folder's checkpoint: a
+    # one-line error (without the frozen sums, which would refuse it first).
+    os.remove(sums_path)
     wider = [c.copy_and_resolve_references() for c in configs]
     for c in wider:
       c.model.m *= 2

@@ -399,6 +399,32 @@ class TrainAndEvaluateTest(parameterized.TestCase):
       for key in FINAL_KEYS:
         self.assertEqual(got[key], want[key], key)
 
+    # The run recorded its frozen leaves' sums; a resume onto another draw
+    # (here: a sum changed by 1e-4 of itself) is refused and trains nothing.
+    sums_path = os.path.join(whole, train.FROZEN_SUMS)
+    sums = read_json(sums_path)
+    self.assertEqual(
+        sums,
+        {
+            k: float(v.astype(np.float64).sum())
+            for k, v in before.items()
+            if k not in trainable
+        },
+    )
+    sums["layers/wv"] *= 1 + 1e-4
+    with open(sums_path, "w") as f:
+      json.dump(sums, f)
+    shutil.rmtree(os.path.join(whole, "checkpoints", "4"))
+    os.remove(os.path.join(whole, "metrics.json"))
+    with self.assertRaisesRegex(
+        UserError, r"frozen_sums.json: the frozen leaf layers/wv this config"
+    ):
+      train.train_and_evaluate(config, whole)
+    self.assertEqual(
+        sorted(os.listdir(os.path.join(whole, "checkpoints"))), ["2"]
+    )
+    self.assertFalse(os.path.exists(os.path.join(whole, "metrics.json")))
+
   def test_trained_kind_updates_every_weight(self):
     config = smoke_config(arg="model=trained,variant=res_ln_mlp")
     workdir = self.create_tempdir().full_path

@@ -256,6 +256,9 @@ def train_group(configs, folder=None):
   mngr = None
   if folder is not None:
     os.makedirs(folder, exist_ok=True)
+    train.check_frozen(
+        os.path.join(folder, train.FROZEN_SUMS), stacked.params, labels
+    )
     mngr = train.checkpoint_manager(folder, single_item=False)
     try:
       stacked, start_step, progress = _restore_group(

@@ -794,8 +794,9 @@ def with_trainable(params, labels, trainable):
 def checkpointed(state, labels):
   """What a checkpoint holds of a (possibly stacked) TrainState: no frozen
   leaf. The frozen weights are a function of the config (`models.init` draws
-  them from the seeds), so a restore takes them from the initial state; a
-  random UT's m x m maps would otherwise be most of every checkpoint."""
+  them from the seeds), so a restore takes them from the initial state
+  (`check_frozen` checks that they are the same); a random UT's m x m maps
+  would otherwise be most of every checkpoint."""
   return dict(
       step=state.step,
       trainable=trainable_leaves(state.params, labels),
@@ -810,6 +811,37 @@ def from_checkpointed(state, labels, saved):
       params=with_trainable(state.params, labels, saved["trainable"]),
       opt_state=saved["opt_state"],
   )
+
+
+FROZEN_SUMS = "frozen_sums.json"
+
+
+def check_frozen(path, params, labels):
+  """Guards `checkpointed`'s premise, that the config draws the same frozen
+  weights on every resume: writes the float64 sum of each frozen leaf to
+  path (JSON) where it is missing, else compares them (relative 1e-6: a
+  different draw, not last-bit noise) and raises a UserError if the code or
+  the JAX version that draws them has changed since the run began."""
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  sums = {
+      _path_key(p): float(np.asarray(leaf).sum(dtype=np.float64))
+      for (p, leaf), label in zip(flat, jax.tree.leaves(labels))
+      if label == "frozen"
+  }
+  if not os.path.exists(path):
+    reports.write_json(path, sums)
+    return
+  with open(path) as f:
+    saved = json.load(f)
+  for name in sorted(set(saved) | set(sums)):
+    got, want = sums.get(name), saved.get(name)
+    if got is None or want is None or not np.isclose(got, want, rtol=1e-6):
+      raise UserError(
+          f"{path}: the frozen leaf {name} this config draws now (sum "
+          f"{got}) is not the one the run was trained with (sum {want}): the "
+          "code or JAX version that draws it changed; train again in a new "
+          "folder"
+      )
 
 
 def restore_checkpoint(mngr, step, state, spec):
@@ -984,6 +1016,7 @@ def train_and_evaluate(config, workdir):
   eval_log = _CsvLog(os.path.join(workdir, "eval_metrics.csv"), start_step)
   writer = _summary_writer(workdir)
   labels = models.labels(state.params, spec)
+  check_frozen(os.path.join(workdir, FROZEN_SUMS), state.params, labels)
   step_fn, place_state, place_batch = make_step(config, spec, tx)
   held_out = eval_batches(config, task)
   tested = test_batches(config, task)
