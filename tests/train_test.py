@@ -416,10 +416,14 @@ class TrainAndEvaluateTest(parameterized.TestCase):
       json.dump(sums, f)
     shutil.rmtree(os.path.join(whole, "checkpoints", "4"))
     os.remove(os.path.join(whole, "metrics.json"))
+    with open(os.path.join(whole, "train_metrics.csv")) as f:
+      train_csv = f.read()
     with self.assertRaisesRegex(
         UserError, r"frozen_sums.json: the frozen leaf layers/wv this config"
     ):
       train.train_and_evaluate(config, whole)
+    with open(os.path.join(whole, "train_metrics.csv")) as f:
+      self.assertEqual(f.read(), train_csv)  # Rows past step 2 kept too.
     self.assertEqual(
         sorted(os.listdir(os.path.join(whole, "checkpoints"))), ["2"]
     )

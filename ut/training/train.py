@@ -1012,11 +1012,15 @@ def train_and_evaluate(config, workdir):
   if start_step:
     state = restore_checkpoint(mngr, start_step, state, spec)
     logging.info("resumed from checkpoint at step %d", start_step)
+  labels = models.labels(state.params, spec)
+  try:  # Before the logs drop their rows past the checkpoint.
+    check_frozen(os.path.join(workdir, FROZEN_SUMS), state.params, labels)
+  except UserError:
+    mngr.close()
+    raise
   train_log = _CsvLog(os.path.join(workdir, "train_metrics.csv"), start_step)
   eval_log = _CsvLog(os.path.join(workdir, "eval_metrics.csv"), start_step)
   writer = _summary_writer(workdir)
-  labels = models.labels(state.params, spec)
-  check_frozen(os.path.join(workdir, FROZEN_SUMS), state.params, labels)
   step_fn, place_state, place_batch = make_step(config, spec, tx)
   held_out = eval_batches(config, task)
   tested = test_batches(config, task)
