@@ -164,7 +164,10 @@ def report(workdir, rows, cost=""):
   """width.{json,md,png}: accuracy and successes against m / N. The accuracy
   is on the test set where the runs have one (validation otherwise); a seed
   succeeds at >= 99% on validation, as in the tables. cost: a line under the
-  table (`ut.experiments.sweep.cost_note`)."""
+  table (`ut.experiments.sweep.cost_note`); last, the planned runs not yet
+  finished, with their latest evaluation (`ut.experiments.sweep.unfinished_note`).
+  """
+  from ut.experiments import sweep  # pylint: disable=g-import-not-at-top
   from ut.io import plots  # pylint: disable=g-import-not-at-top
   from ut.io import reports  # pylint: disable=g-import-not-at-top
 
@@ -213,5 +216,6 @@ def report(workdir, rows, cost=""):
       reports.format_table(table),
       cost,
       _reuse_note(workdir),
+      sweep.unfinished_note(workdir),
   )
   plots.against_width(points).savefig(os.path.join(workdir, "width.png"))

@@ -24,6 +24,21 @@ def _module(name):
   return sweep.load_config_module(os.path.join(ROOT, "configs", name))
 
 
+def _finished_row(k, m):
+  """An aggregate row of 3 k-hop runs at 99% (what `width.report` reads)."""
+  return dict(
+      data=json.dumps(dict(k=k, length=32, alphabet=4)),
+      width=m,
+      lr=0.01,
+      accuracy_mean=0.995,
+      accuracy_std=0.0,
+      test_mean=0.99,
+      test_std=0.0,
+      successes=3,
+      seeds=3,
+  )
+
+
 class WidthTest(absltest.TestCase):
 
   def test_runs_are_ratios_of_the_threshold_narrowest_first(self):
@@ -134,19 +149,7 @@ class WidthTest(absltest.TestCase):
       os.makedirs(os.path.join(workdir, "runs", name))
       with open(os.path.join(workdir, "runs", name, "metrics.json"), "w") as f:
         json.dump(dict(name=name, **extra), f)
-    rows = [
-        dict(
-            data=json.dumps(dict(k=1, length=32, alphabet=4)),
-            width=800,
-            lr=0.01,
-            accuracy_mean=0.995,
-            accuracy_std=0.0,
-            test_mean=0.99,
-            test_std=0.0,
-            successes=3,
-            seeds=3,
-        )
-    ]
+    rows = [_finished_row(k=1, m=800)]
     width.report(workdir, rows, cost="Training: 1.0 core-hours.")
     with open(os.path.join(workdir, "width.md")) as f:
       last = f.read().splitlines()[-1]
@@ -154,6 +157,33 @@ class WidthTest(absltest.TestCase):
     self.assertIn(" in results/dyck_v2/runs (", last)
     os.remove(os.path.join(workdir, "runs", "a", "metrics.json"))
     os.remove(os.path.join(workdir, "runs", "b", "metrics.json"))
+    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
+    with open(os.path.join(workdir, "width.md")) as f:
+      self.assertEqual(f.read().splitlines()[-1], "Training: 1.0 core-hours.")
+
+  def test_report_lists_unfinished_runs_with_their_latest_evaluation(self):
+    workdir = self.create_tempdir().full_path
+    rows = [_finished_row(k=2, m=2528)]
+    started = os.path.join(workdir, "runs", "s0")
+    os.makedirs(started)
+    with open(os.path.join(started, "eval_metrics.csv"), "w") as f:
+      f.write("step,accuracy,loss\n500,0.25,1.5\n1000,0.640625,0.75\n")
+    with open(os.path.join(started, "config.json"), "w") as f:
+      json.dump(dict(train=dict(steps=20000)), f)
+    os.makedirs(os.path.join(workdir, "runs", "s1"))  # No evaluation yet.
+    with open(os.path.join(workdir, "table.json"), "w") as f:
+      json.dump(dict(rows=[], missing_runs=["s0", "s1", "s2"]), f)
+    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
+    with open(os.path.join(workdir, "width.md")) as f:
+      last = f.read().splitlines()[-1]
+    self.assertStartsWith(last, "Not finished, so not in the table (3 runs;")
+    self.assertIn(
+        "s0: step 1000 of 20000, 64.06% on validation; s1: not started; "
+        "s2: not started.",
+        last,
+    )
+    with open(os.path.join(workdir, "table.json"), "w") as f:
+      json.dump(dict(rows=[], missing_runs=[]), f)
     width.report(workdir, rows, cost="Training: 1.0 core-hours.")
     with open(os.path.join(workdir, "width.md")) as f:
       self.assertEqual(f.read().splitlines()[-1], "Training: 1.0 core-hours.")

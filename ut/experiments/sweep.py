@@ -994,6 +994,46 @@ def write_table(workdir, rows, meta):
   )
 
 
+def unfinished_note(workdir):
+  """One line naming the runs of the last aggregate that are not finished
+  (table.json's missing_runs), each with its latest evaluation from its
+  eval_metrics.csv, or "" where every run finished."""
+  path = os.path.join(workdir, "table.json")
+  if not os.path.exists(path):
+    return ""
+  with open(path) as f:
+    missing = json.load(f).get("missing_runs") or []
+  parts = []
+  for name in missing:
+    run_dir = _run_dir(workdir, name)
+    evals = os.path.join(run_dir, "eval_metrics.csv")
+    rows = []
+    if os.path.exists(evals):
+      with open(evals) as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+      parts.append(f"{name}: not started")
+      continue
+    cap = ""
+    config_path = os.path.join(run_dir, "config.json")
+    if os.path.exists(config_path):
+      with open(config_path) as f:
+        cap = f" of {json.load(f)['train']['steps']}"
+    last = rows[-1]
+    parts.append(
+        f"{name}: step {last['step']}{cap}, "
+        f"{100 * float(last['accuracy']):.2f}% on validation"
+    )
+  if not parts:
+    return ""
+  return (
+      f"Not finished, so not in the table ({len(parts)} runs; their latest "
+      "evaluation, and the same command resumes them): "
+      + "; ".join(parts)
+      + "."
+  )
+
+
 def _test_at_best(results):
   """test_best_mean and test_best_std where every run has a
   test_at_best_valid (config.eval.test_each), else nothing."""
