@@ -162,6 +162,7 @@ def main(argv):
         sweep.cost_note(rows, gflops),
     )
   runs = plots.run_curves(_WORKDIR.value, rows)
+  runs.update(plots.unfinished_curves(sweep.unfinished_runs(_WORKDIR.value)))
   if runs:  # Every run's validation curve, on a log step axis.
     plots.curves(runs, title=_CONFIG.value).savefig(
         os.path.join(_WORKDIR.value, "curves.png"), dpi=120

@@ -396,6 +396,41 @@ class CurvesTest(absltest.TestCase):
         {"sparse attn m=416 mix=za lr=0.01 seed=0": [(500, 0.5)]},
     )
 
+  def test_unfinished_runs_are_drawn_in_their_setting_panel(self):
+    workdir = self.create_tempdir().full_path
+    config = dict(
+        seed=1,
+        model=dict(kind="random", variant="res_ln", m=5056, width=16),
+        train=dict(lr=0.01, steps=20000),
+        data=dict(k=2, length=32, alphabet=4),
+    )
+    for name, evals in (("late", "500,0.25,1.5\n1000,0.5,1.0\n"), ("new", "")):
+      os.makedirs(os.path.join(workdir, "runs", name))
+      with open(os.path.join(workdir, "runs", name, "config.json"), "w") as f:
+        json.dump(config, f)
+      with open(
+          os.path.join(workdir, "runs", name, "eval_metrics.csv"), "w"
+      ) as f:
+        f.write("step,accuracy,loss\n" + evals)
+    with open(os.path.join(workdir, "table.json"), "w") as f:
+      json.dump(dict(rows=[], missing_runs=["late", "new", "unborn"]), f)
+    unfinished = sweep.unfinished_runs(workdir)
+    self.assertEqual(
+        unfinished,
+        [
+            ("late", config, [(500, 0.25), (1000, 0.5)]),
+            ("new", config, []),
+            ("unborn", {}, []),
+        ],
+    )
+    runs = plots.unfinished_curves(unfinished)
+    label = "random res_ln m=5056 k=2 lr=0.01, unfinished seed=1"
+    self.assertEqual(runs, {label: [(500, 0.25), (1000, 0.5)]})
+    runs["sparse attn m=416 k=2 lr=0.01 seed=0"] = [(500, 0.9)]
+    fig = plots.curves(runs)
+    self.assertLen(fig.axes, 1)  # Both in the k=2 panel.
+    self.assertLen(fig.axes[0].lines, 3)  # Two curves and the 99% line.
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -994,35 +994,45 @@ def write_table(workdir, rows, meta):
   )
 
 
-def unfinished_note(workdir):
-  """One line naming the runs of the last aggregate that are not finished
-  (table.json's missing_runs), each with its latest evaluation from its
-  eval_metrics.csv, or "" where every run finished."""
+def unfinished_runs(workdir):
+  """[(name, config, curve)] for the runs of the last aggregate that are not
+  finished (table.json's missing_runs): each run's stored config.json ({}
+  where it has none yet) and its validation curve [(step, accuracy)] from its
+  eval_metrics.csv ([] before its first evaluation)."""
   path = os.path.join(workdir, "table.json")
   if not os.path.exists(path):
-    return ""
+    return []
   with open(path) as f:
     missing = json.load(f).get("missing_runs") or []
-  parts = []
+  out = []
   for name in missing:
     run_dir = _run_dir(workdir, name)
-    evals = os.path.join(run_dir, "eval_metrics.csv")
-    rows = []
-    if os.path.exists(evals):
-      with open(evals) as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
+    config, curve = {}, []
+    if os.path.exists(os.path.join(run_dir, "config.json")):
+      with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    if os.path.exists(os.path.join(run_dir, "eval_metrics.csv")):
+      with open(os.path.join(run_dir, "eval_metrics.csv")) as f:
+        curve = [
+            (int(r["step"]), float(r["accuracy"])) for r in csv.DictReader(f)
+        ]
+    out.append((name, config, curve))
+  return out
+
+
+def unfinished_note(workdir):
+  """One line naming the runs of the last aggregate that are not finished
+  (`unfinished_runs`), each with its latest evaluation, or "" where every
+  run finished."""
+  parts = []
+  for name, config, curve in unfinished_runs(workdir):
+    if not curve:
       parts.append(f"{name}: not started")
       continue
-    cap = ""
-    config_path = os.path.join(run_dir, "config.json")
-    if os.path.exists(config_path):
-      with open(config_path) as f:
-        cap = f" of {json.load(f)['train']['steps']}"
-    last = rows[-1]
+    cap = f" of {config['train']['steps']}" if config else ""
+    step, accuracy = curve[-1]
     parts.append(
-        f"{name}: step {last['step']}{cap}, "
-        f"{100 * float(last['accuracy']):.2f}% on validation"
+        f"{name}: step {step}{cap}, {100 * accuracy:.2f}% on validation"
     )
   if not parts:
     return ""

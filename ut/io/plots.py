@@ -386,6 +386,27 @@ def run_curves(workdir, rows):
   return out
 
 
+def unfinished_curves(unfinished):
+  """{"<cell>, unfinished seed=<seed>": curve} for `curves`, from
+  `ut.experiments.sweep.unfinished_runs`' [(name, config, curve)]: the
+  validation curves so far of runs not yet in a table, each cell labelled as
+  `run_curves` labels a finished one (m: the random UT's model.m, else the
+  model's width) and drawn in a colour of its own."""
+  out = {}
+  for _, config, curve in unfinished:
+    if not curve or not config:
+      continue
+    model, data = config["model"], config.get("data", {})
+    where = " ".join(f"{k}={data[k]}" for k in _SETTINGS if k in data)
+    size = f"m={model['m']}" if model.get("m") else f"width={model['width']}"
+    cell = (
+        f"{model['kind']} {model['variant']} {size} {where} "
+        f"lr={config['train']['lr']:g}, unfinished"
+    )
+    out[f"{cell} seed={config.get('seed')}"] = list(curve)
+  return out
+
+
 def learnability(result):
   """Final test accuracy (%) against the relative noise on the compiled
   program (log axis), one colour per UT: each seed a dot, the mean a line,
