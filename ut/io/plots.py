@@ -359,6 +359,12 @@ def curves(runs, title="", threshold=0.99):
 _SETTINGS = ("k", "mix")
 
 
+def _settings_words(data):
+  """The words a cell label names its task settings by ("k=2"), from a run's
+  data config."""
+  return " ".join(f"{k}={data[k]}" for k in _SETTINGS if k in data)
+
+
 def _setting(cell):
   """The task-setting words of a cell label ("k=2", "mix=za"), or ""."""
   return " ".join(
@@ -371,8 +377,7 @@ def run_curves(workdir, rows):
   recorded one (runs/<name>/metrics.json's `curve`), for `curves`."""
   out = {}
   for row in rows:
-    data = json.loads(row["data"]) if row.get("data") else {}
-    where = " ".join(f"{k}={data[k]}" for k in _SETTINGS if k in data)
+    where = _settings_words(json.loads(row["data"]) if row.get("data") else {})
     cell = (
         f"{row['kind']} {row['variant']} m={row.get('width')} {where} "
         f"lr={row['lr']:g}"
@@ -396,8 +401,7 @@ def unfinished_curves(unfinished):
   for _, config, curve in unfinished:
     if not curve or not config:
       continue
-    model, data = config["model"], config.get("data", {})
-    where = " ".join(f"{k}={data[k]}" for k in _SETTINGS if k in data)
+    model, where = config["model"], _settings_words(config.get("data", {}))
     size = f"m={model['m']}" if model.get("m") else f"width={model['width']}"
     cell = (
         f"{model['kind']} {model['variant']} {size} {where} "
