@@ -348,6 +348,22 @@ class PlotsTest(absltest.TestCase):
     fig = plots.against_width([point(0.5, 0.30, 0.05), point(1.0, 0.9, 0.0)])
     self.assertAlmostEqual(fig.axes[0].get_ylim()[0], 23)
 
+  def test_against_width_labels_points_with_fewer_seeds(self):
+    point = lambda ratio, seeds: dict(
+        cell="c",
+        ratio=ratio,
+        accuracy_mean=0.9,
+        accuracy_std=0.01,
+        successes=1,
+        seeds=seeds,
+    )
+    fig = plots.against_width([point(1.0, 3), point(2.0, 2)])
+    for ax in fig.axes:
+      self.assertEqual([t.get_text() for t in ax.texts], ["2 of 3 seeds"])
+      self.assertEqual(ax.texts[0].xy[0], 2.0)
+    fig = plots.against_width([point(1.0, 3), point(2.0, 3)])
+    self.assertEmpty(fig.axes[0].texts)
+
   def test_compiled_bars(self):
     result = dict(
         rows=[

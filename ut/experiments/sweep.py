@@ -1036,8 +1036,9 @@ def unfinished_note(workdir):
     )
   if not parts:
     return ""
+  runs = "1 run" if len(parts) == 1 else f"{len(parts)} runs"
   return (
-      f"Not finished, so not in the table ({len(parts)} runs; their latest "
+      f"Not finished, so not in the table ({runs}; their latest "
       "evaluation, and the same command resumes them): "
       + "; ".join(parts)
       + "."

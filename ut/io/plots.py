@@ -250,9 +250,13 @@ def compiled_bars(results):
 def against_width(points):
   """Final accuracy (%, mean ± std) and the share of seeds reaching 99%
   against m / N (log axis), one line per cell; m = N marked. `points`:
-  dicts with cell, ratio, accuracy_mean, accuracy_std, successes, seeds."""
+  dicts with cell, ratio, accuracy_mean, accuracy_std, successes, seeds.
+  A point from fewer seeds than the most any point has is labelled with
+  its seed count, so that a cell still training does not pass for a
+  finished one."""
   fig = figure.Figure(figsize=(9, 3.4), layout="constrained")
   acc_ax, share_ax = fig.subplots(1, 2)
+  most = max((p["seeds"] for p in points), default=0)
   for i, cell in enumerate(_ordered(p["cell"] for p in points)):
     mine = sorted(
         (p for p in points if p["cell"] == cell), key=lambda p: p["ratio"]
@@ -275,6 +279,20 @@ def against_width(points):
         color=f"C{i}",
         label=cell,
     )
+    for p in mine:
+      if p["seeds"] < most:
+        for ax, y in (
+            (acc_ax, 100 * p["accuracy_mean"]),
+            (share_ax, p["successes"] / p["seeds"]),
+        ):
+          ax.annotate(
+              f"{p['seeds']} of {most} seeds",
+              (p["ratio"], y),
+              xytext=(4, 4),
+              textcoords="offset points",
+              fontsize=7,
+              color=f"C{i}",
+          )
   for ax, label in (
       (acc_ax, "final held-out accuracy (%)"),
       (share_ax, "share of seeds >= 99%"),
