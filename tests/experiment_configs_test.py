@@ -187,7 +187,9 @@ class WidthTest(absltest.TestCase):
     width.report(workdir, rows, cost="Training: 1.0 core-hours.")
     with open(os.path.join(workdir, "width.md")) as f:
       last = f.read().splitlines()[-1]
-    self.assertStartsWith(last, "Not finished, so not in the table (1 run;")
+    self.assertStartsWith(
+        last, "Not finished, so not in the table (1 run; its latest"
+    )
     with open(os.path.join(workdir, "table.json"), "w") as f:
       json.dump(dict(rows=[], missing_runs=[]), f)
     width.report(workdir, rows, cost="Training: 1.0 core-hours.")

@@ -1036,12 +1036,15 @@ def unfinished_note(workdir):
     )
   if not parts:
     return ""
-  runs = "1 run" if len(parts) == 1 else f"{len(parts)} runs"
+  if len(parts) == 1:
+    runs = "1 run; its latest evaluation, and the same command resumes it"
+  else:
+    runs = (
+        f"{len(parts)} runs; their latest evaluation, and the same command"
+        " resumes them"
+    )
   return (
-      f"Not finished, so not in the table ({runs}; their latest "
-      "evaluation, and the same command resumes them): "
-      + "; ".join(parts)
-      + "."
+      f"Not finished, so not in the table ({runs}): " + "; ".join(parts) + "."
   )
 
 
