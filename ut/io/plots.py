@@ -262,29 +262,21 @@ def against_width(points):
         (p for p in points if p["cell"] == cell), key=lambda p: p["ratio"]
     )
     x = [p["ratio"] for p in mine]
-    std = _stds(mine)
+    accuracy = [100 * p["accuracy_mean"] for p in mine]
+    share = [p["successes"] / p["seeds"] for p in mine]
     acc_ax.errorbar(
         x,
-        [100 * p["accuracy_mean"] for p in mine],
-        yerr=std,
+        accuracy,
+        yerr=_stds(mine),
         marker="o",
         capsize=3,
         color=f"C{i}",
         label=cell,
     )
-    share_ax.plot(
-        x,
-        [p["successes"] / p["seeds"] for p in mine],
-        marker="o",
-        color=f"C{i}",
-        label=cell,
-    )
-    for p in mine:
+    share_ax.plot(x, share, marker="o", color=f"C{i}", label=cell)
+    for p, *ys in zip(mine, accuracy, share):
       if p["seeds"] < most:
-        for ax, y in (
-            (acc_ax, 100 * p["accuracy_mean"]),
-            (share_ax, p["successes"] / p["seeds"]),
-        ):
+        for ax, y in zip((acc_ax, share_ax), ys):
           ax.annotate(
               f"{p['seeds']} of {most} seeds",
               (p["ratio"], y),
