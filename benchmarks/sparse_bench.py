@@ -24,11 +24,11 @@ compile: random-UT compile time (building A, least squares, cond) for N of a
 
 import time
 
-_START = (
-    time.perf_counter()
-)  # Before the imports: the scale run's process time.
+# Before the imports, so that the scale run's time includes them.
+_START = time.perf_counter()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+# ruff: noqa: E402
 import functools
 import os
 import resource

@@ -43,8 +43,17 @@ def run_pytest(tests, cache):
   env = dict(os.environ, UT_JAX_CACHE=cache)
   start = time.perf_counter()
   proc = subprocess.run(
-      [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-       "-m", "not slow", *tests],
+      [
+          sys.executable,
+          "-m",
+          "pytest",
+          "-q",
+          "-p",
+          "no:cacheprovider",
+          "-m",
+          "not slow",
+          *tests,
+      ],
       cwd=ROOT,
       env=env,
       capture_output=True,
