@@ -72,7 +72,7 @@ PAPER = {
 }
 
 
-def _selected(kind, variant, k):
+def selected(kind, variant, k):
   """(lr, embed_scale, schedule) the selection sweeps chose for this cell."""
   which = "trained" if kind == "trained" else "ut"
   chosen = tables.chosen(
@@ -99,7 +99,7 @@ def get_config(arg=None):
   if "smoke" not in common.given(arg):
     kind, variant = config.model.kind, config.model.variant
     k = config.data.k
-    lr, scale, schedule = _selected(kind, variant, k)
+    lr, scale, schedule = selected(kind, variant, k)
     config.train.lr = lr
     config.train.schedule = schedule
     if "embed_scale" not in common.given(arg):

@@ -13,7 +13,8 @@ finished regeneration's record is not replaced without --overwrite.
 
 full   the results as reported: simulate (bounds and errors), threshold
        (figure), the compiled-UT reports on Dyck and on k-hop with k = 1, the
-       trivial k-hop predictors, the selection sweeps on validation seeds,
+       trivial k-hop predictors, the selection sweeps on validation seeds (with
+       k-hop's batch size and warm-up),
        then the k-hop and Dyck tables that read their choices, the counting
        baseline, seeds over machines, trainability against width (and the
        Dyck cell again at the lr chosen per width) and the learnability gap. Every run trains to its protocol's stopping rule
@@ -103,6 +104,14 @@ def get_config(arg="full"):
           "khop_select_uts",
           "launch.sweep",
           "configs/khop_select.py:part=uts" + (",smoke" if quick else ""),
+          None,
+          ["--workers={workers}"],
+      ),
+      _step(  # Reads the two selections above.
+          "khop_select_batch",
+          "launch.sweep",
+          "configs/khop_select.py:part=batch"
+          + (",smoke,ks=2" if quick else ""),
           None,
           ["--workers={workers}"],
       ),

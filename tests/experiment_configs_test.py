@@ -9,6 +9,8 @@ from unittest import mock
 from absl.testing import absltest
 import numpy as np
 
+from configs import khop_select
+from configs import khop_table
 from configs import machines
 from configs import width
 from configs import width_select
@@ -256,6 +258,40 @@ class SelectionTest(absltest.TestCase):
     self.assertLen(smoke, 2 * len(width.RATIOS))
     self.assertEqual({c.seed for _, c in smoke}, {width_select.VALIDATION_SEED})
 
+  def test_batch_part_sees_the_same_strings_between_evaluations(self):
+    module = _module("khop_select.py")
+    runs = [c for _, c in sweep.collect_runs(module, "part=batch,smoke")]
+    self.assertEqual({c.seed for c in runs}, {khop_select.VALIDATION_SEEDS[0]})
+    self.assertLen({c.train.batch_size for c in runs}, 2)
+    for c in runs:  # Cap and evaluation interval in strings, as at batch 8.
+      self.assertEqual(c.train.steps * c.train.batch_size, 4 * 8)
+      self.assertEqual(c.eval.every * c.train.batch_size, 2 * 8)
+    with mock.patch.object(
+        khop_table, "selected", return_value=(0.005, 0.3, "cosine")
+    ):
+      full = [c for _, c in sweep.collect_runs(module, "part=batch,ks=3")]
+    want = {
+        (round(32 * b), 100 * w) for b, w in khop_select.BATCHES
+    }  # Trained models only at k = 3; every candidate for each.
+    for variant in ("res_ln_mlp", "attn"):
+      got = {
+          (c.train.batch_size, c.train.warmup_steps)
+          for c in full
+          if c.model.variant == variant and c.seed == 100
+      }
+      self.assertEqual(got, want)
+    self.assertEqual({c.model.kind for c in full}, {"trained"})
+    for c in full:
+      self.assertEqual(c.train.steps * c.train.batch_size, 20000 * 32)
+      self.assertEqual(c.eval.every * c.train.batch_size, 500 * 32)
+      self.assertEqual((c.train.lr, c.train.schedule), (0.005, "cosine"))
+    with mock.patch.object(
+        khop_table, "selected", return_value=(0.005, 0.3, "constant")
+    ):
+      uts = [c for _, c in sweep.collect_runs(module, "part=batch,ks=2")]
+    scales = {c.model.embed_scale for c in uts if c.model.kind != "trained"}
+    self.assertEqual(scales, {0.3})
+
   def test_attention_only_trained_model_also_tries_a_cosine_schedule(self):
     runs = sweep.collect_runs(_module("khop_select.py"), None)
     cosine = {
@@ -311,7 +347,10 @@ class ChooseTest(absltest.TestCase):
     rows = []
     for name, schedule, successes in (("a", "constant", 1), ("b", "cosine", 2)):
       os.makedirs(os.path.join(workdir, "runs", name))
-      config = dict(model=dict(embed_scale=0.3), train=dict(schedule=schedule))
+      config = dict(
+          model=dict(embed_scale=0.3),
+          train=dict(schedule=schedule, batch_size=16, warmup_steps=1000),
+      )
       with open(os.path.join(workdir, "runs", name, "metrics.json"), "w") as f:
         json.dump(dict(config=config), f)
       rows.append(
@@ -335,9 +374,31 @@ class ChooseTest(absltest.TestCase):
         (chosen["schedule"], chosen["embed_scale"], chosen["successes"]),
         ("cosine", 0.3, 2),
     )
+    self.assertEqual((chosen["batch_size"], chosen["warmup_steps"]), (16, 1000))
     with open(os.path.join(workdir, "selection.md")) as f:
       columns = [c.strip() for c in f.readline().split("|")]
-      self.assertContainsSubset(["schedule", "m"], columns)  # m: the width.
+      self.assertContainsSubset(
+          ["schedule", "m", "batch", "warmup", "median strings to 99%"],
+          columns,
+      )  # m: the width.
+
+  def test_fewer_strings_not_fewer_steps_win_across_batch_sizes(self):
+    row = lambda batch, med: dict(
+        kind="trained",
+        variant="attn",
+        width=64,
+        data=json.dumps(dict(k=2)),
+        lr=1e-3,
+        successes=2,
+        median_steps_to_99=med,
+        accuracy_mean=0.995,
+        seeds=2,
+        batch_size=batch,
+    )
+    # 1000 steps at 128 is 128000 strings; 3000 at 32 is 96000.
+    ((_, best, ranked),) = selection.choose([row(128, 1000), row(32, 3000)])
+    self.assertEqual(best["batch_size"], 32)
+    self.assertEqual([r["batch_size"] for r in ranked], [32, 128])
 
 
 class CurvesTest(absltest.TestCase):

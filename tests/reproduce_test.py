@@ -85,6 +85,7 @@ class ReproduceTest(absltest.TestCase):
         "khop_baselines/baselines.json",
         "khop_select/selection.json",
         "khop_select_uts/selection.json",
+        "khop_select_batch/selection.json",
         "dyck_select/selection.json",
         "khop_v2/curves.png",
         "machines/machines.md",

@@ -3,8 +3,10 @@
 `choose(rows, keys)` groups a sweep's aggregate rows (ut/experiments/sweep.py)
 into cells by `keys` (e.g. kind, variant, data) and picks in each the row
 that does best on the validation set: the most runs ending at >= 99%
-(`successes`), then the fewest median steps to 99%, then the highest mean
-validation accuracy. The chosen row's hyperparameters are the cell's.
+(`successes`), then the fewest training strings to 99% (the median step at
+which the runs first reached it times the row's batch size, where the row
+has one), then the highest mean validation accuracy. The chosen row's
+hyperparameters are the cell's.
 """
 
 import json
@@ -15,12 +17,18 @@ from ut.io import reports
 from ut.training import train
 
 
-def _rank(row):
+def _strings_to_99(row):
+  """Median training strings to 99%: the median step times the batch size."""
   median = row.get("median_steps_to_99")
+  return None if median is None else median * row.get("batch_size", 1)
+
+
+def _rank(row):
+  strings = _strings_to_99(row)
   mean = row["accuracy_mean"]
   return (
       -row["successes"],
-      math.inf if median is None else median,
+      math.inf if strings is None else strings,
       -(mean if not math.isnan(mean) else -math.inf),
   )
 
@@ -58,6 +66,11 @@ def markdown(choices, params):
               seeds=row["seeds"],
               **{"≥99%": row["successes"]},
               median_step_to_99=row.get("median_steps_to_99"),
+              **(
+                  {"median strings to 99%": _strings_to_99(row)}
+                  if "batch_size" in row
+                  else {}
+              ),
               accuracy=f"{100 * row['accuracy_mean']:.2f}",
           )
       )
@@ -68,19 +81,25 @@ def markdown(choices, params):
 def report(workdir, rows, cost=""):
   """selection.md and selection.json in a selection sweep's workdir: per cell
   (kind, variant, data, and model width), the lr, schedule and embed_scale
-  chosen; cost: a line under the table (`sweep.cost_note`)."""
-  for row in rows:  # Read embed_scale and the schedule from a run's config.
+  chosen, with the batch size and warm-up steps; cost: a line under the
+  table (`sweep.cost_note`)."""
+  for row in rows:  # Read the hyperparameters from a run's config.
     name = row["runs"].split(";")[0]
     with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
       config = json.load(f)["config"]
     row["embed_scale"] = config["model"]["embed_scale"]
     # Runs recorded before the field existed: its default then (stored_config).
-    row["schedule"] = train.stored_config(config)["train"]["schedule"]
+    stored = train.stored_config(config)["train"]
+    row["schedule"] = stored["schedule"]
+    row["batch_size"] = stored["batch_size"]
+    row["warmup_steps"] = stored["warmup_steps"]
   choices = choose(rows, ("kind", "variant", "width", "data"))
   params = dict(
       lr=lambda r: r["lr"],
       schedule=lambda r: r["schedule"],
       embed_scale=lambda r: r["embed_scale"],
+      batch=lambda r: r["batch_size"],
+      warmup=lambda r: r["warmup_steps"],
   )
   reports.write_markdown(
       os.path.join(workdir, "selection.md"), markdown(choices, params), cost
@@ -97,6 +116,8 @@ def report(workdir, rows, cost=""):
                   lr=best["lr"],
                   schedule=best["schedule"],
                   embed_scale=best["embed_scale"],
+                  batch_size=best["batch_size"],
+                  warmup_steps=best["warmup_steps"],
                   successes=best["successes"],
                   seeds=best["seeds"],
                   accuracy_mean=best["accuracy_mean"],
