@@ -10,7 +10,10 @@ token in front), length=INT, alphabet=INT, m=INT (the random UT's width; 0:
 256), seed=INT (E, U, the data and, unless ut_seed is given, the frozen
 weights), ut_seed=INT (the random UT's draw and the frozen MLP's; default:
 the seed), embed_scale=FLOAT (the std of E's initial entries; default 1.0),
-smoke.
+batch=INT (strings per step; default 32: the step cap and the evaluation
+interval scale with 32 / batch, so a run is evaluated after the same numbers
+of strings and trains on at most as many), warmup=INT (warm-up steps;
+default 100), smoke.
 
 Paper: attention-only UTs about 30-40% vs about 99% trained; with res_ln the
 sparse UT 100% on all induction tasks, the random UT 85.7%-96.1%.
@@ -32,11 +35,16 @@ the test accuracy is scored on another 2048 strings (stream (seed, 2)).
 
 Why the fixed values (batch 32, the d-wide MLP, L = k + 1), with what we
 measured while choosing them: docs/results.md, section "k-hop induction
-heads". Run time: the per-run `run_seconds` of results/khop_select (trained
+heads"; batch and warm-up checked on the validation seeds:
+configs/khop_select.py:part=batch. Run time: the per-run `run_seconds` of results/khop_select (trained
 models, one core each).
 """
 
 from configs import common
+
+# The protocol's batch size (strings) and warm-up steps.
+BATCH = 32
+WARMUP = 100
 
 
 def get_config(arg=None):
@@ -53,6 +61,8 @@ def get_config(arg=None):
           seed=0,
           ut_seed=-1,
           embed_scale=1.0,
+          batch=BATCH,
+          warmup=WARMUP,
           smoke=False,
       ),
   )
@@ -73,7 +83,17 @@ def get_config(arg=None):
   config.train.schedule = "constant"
   config.train.stop_accuracy = 0.995
   config.train.stop_evals = 2
-  config.train.batch_size = 32
+  config.train.batch_size = args["batch"]
+  config.train.warmup_steps = args["warmup"]
+  if args["batch"] < 1 or args["warmup"] < 0:
+    raise common.UserError(
+        f"batch={args['batch']}, warmup={args['warmup']}; use batch >= 1 and"
+        " warmup >= 0"
+    )
+  if args["batch"] != BATCH:  # The same strings between evaluations.
+    per = lambda n: max(1, round(n * BATCH / args["batch"]))
+    config.train.steps = per(config.train.steps)
+    config.eval.every = per(config.eval.every)
   if args["model"] != "trained":
     config.train.lr = 3e-2
   if args["model"] == "sparse":  # The MLP's hidden width: d (see docstring).

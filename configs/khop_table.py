@@ -21,7 +21,11 @@ not "256 below 928"; wider random UTs cost m^2 per token and layer, which a
 2-core CPU cannot afford at k >= 3 (results/width covers width on its own).
 k = 1 is dropped (every cell was at 100%) and k = 4 is optional (ks=2+3+4):
 its sparse UT (m = 4000) takes hours per run on one core at the 20000-step
-cap. Compiled-UT rows: the trained attention-only model compiled into the
+cap. batch=selected trains instead only the trained rows whose batch size
+or warm-up chosen on validation seeds (configs/khop_select.py:part=batch)
+differs from the protocol's, at that choice, into their own workdir:
+  python -m launch.sweep --config=configs/khop_table.py:kinds=trained,batch=selected,compiled=False --workdir=results/khop_v2_batch
+Compiled-UT rows: the trained attention-only model compiled into the
 sparse UT at every k and into a random UT at k in random_compiled_ks.
 Runs stop at 99.5% validation accuracy or at the 20000-step cap. A cell one
 of whose runs ends at the cap still rising (more than `rise`=1 point gained
@@ -43,6 +47,7 @@ ROOT = tables.ROOT
 SELECTIONS = {
     "trained": "results/khop_select/selection.json",
     "ut": "results/khop_select_uts/selection.json",
+    "batch": "results/khop_select_batch/selection.json",
 }
 ROWS = (
     "model=sparse,variant=attn",
@@ -94,6 +99,38 @@ def selected(kind, variant, k):
   )
 
 
+def _at_selected_batch(rows, k):
+  """batch=selected: the trained rows whose batch size or warm-up chosen by
+  configs/khop_select.py:part=batch differs from the protocol's, each with
+  its choice; the rest are the table's runs (batch=protocol), not repeated.
+  The UTs keep the protocol's batch in the table (docs/results.md says why)."""
+  chosen = tables.chosen(
+      ROOT,
+      SELECTIONS["batch"],
+      "python -m launch.sweep --config=configs/khop_select.py:part=batch "
+      f"--workdir={os.path.dirname(SELECTIONS['batch'])}",
+  )
+  choice = {(c["kind"], c["variant"], c["data"]["k"]): c for c in chosen}
+  out = []
+  for row in rows:
+    kind, variant = (part.split("=")[1] for part in row.split(",")[:2])
+    if kind != "trained":
+      continue
+    c = choice.get((kind, variant, k))
+    if c is None:
+      raise common.UserError(
+          f"{SELECTIONS['batch']} has no choice for {row}, k={k}: rerun its"
+          " selection sweep with that cell"
+      )
+    if c["batch_size"] != khop.BATCH:
+      row += f",batch={c['batch_size']}"
+    if c["warmup_steps"] != khop.WARMUP:
+      row += f",warmup={c['warmup_steps']}"
+    if c["batch_size"] != khop.BATCH or c["warmup_steps"] != khop.WARMUP:
+      out.append(row)
+  return out
+
+
 def get_config(arg=None):
   config = khop.get_config(arg)
   if "smoke" not in common.given(arg):
@@ -116,7 +153,10 @@ def sweep(add, arg=None, finished=None):
       rows="paper",
       longer=5,
       rise=1.0,
+      batch="protocol",
   )
+  if args["batch"] not in ("protocol", "selected"):
+    raise common.UserError(f"batch={args['batch']!r}; use protocol or selected")
   if args["rows"] == "all":
     tables.add_grid(add, args, "k", args["ks"], args["random_compiled_ks"])
     return
@@ -133,6 +173,8 @@ def sweep(add, arg=None, finished=None):
           for v in ("attn", "res_ln")
           if v in args["variants"]
       ]
+    if args["batch"] == "selected":
+      rows = _at_selected_batch(rows, k)
     for row in rows:
       run_of_seed = lambda seed, row=row, k=k: f"{row},k={k},seed={seed}{smoke}"
       names = []

@@ -24,6 +24,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from configs import khop
 from tests import cli_helpers
 from tests import sweep_config
 from ut.cpu import workers
@@ -36,6 +37,16 @@ from ut.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "tests", "sweep_config.py")
+
+
+def _write_selections(root, module, choices):
+  """{which: chosen list} as the selection.json files a table config reads
+  (module.SELECTIONS[which], under root)."""
+  for which, chosen in choices.items():
+    path = os.path.join(root, module.SELECTIONS[which])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+      json.dump(dict(chosen=chosen), f)
 
 
 def run_sweep_cli(workdir, devices, arg=None, *flags):
@@ -925,11 +936,7 @@ class SweepTest(absltest.TestCase):
               ),
           ],
       }
-      for which, chosen in choices.items():
-        path = os.path.join(root, module.SELECTIONS[which])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as f:
-          json.dump(dict(chosen=chosen), f)
+      _write_selections(root, module, choices)
       runs = sweep.collect_runs(module, grid)
       got = {
           (c.model.kind, c.model.variant): (
@@ -954,6 +961,54 @@ class SweepTest(absltest.TestCase):
           UserError, r"no choice for kind=trained, variant=res_ln_mlp, k=3"
       ):
         sweep.collect_runs(module, grid.replace("ks=2", "ks=3"))
+
+  def test_khop_table_at_the_selected_batch_trains_the_differing_rows(self):
+    module = sweep.load_config_module(
+        os.path.join(ROOT, "configs", "khop_table.py")
+    )
+    root = self.create_tempdir().full_path
+    trained = lambda variant, **kw: dict(
+        kind="trained", variant=variant, data=dict(k=2), lr=1e-3, **kw
+    )
+    choices = {
+        "trained": [
+            trained(v, embed_scale=1.0, schedule="constant")
+            for v in ("attn", "res_ln_mlp")
+        ],
+        "batch": [
+            trained("attn", batch_size=32, warmup_steps=100),  # The protocol.
+            trained("res_ln_mlp", batch_size=16, warmup_steps=1000),
+        ],
+    }
+    grid = "ks=2,kinds=trained+sparse,seeds=2,compiled=False,batch=selected"
+    with mock.patch.object(module, "ROOT", root):
+      with self.assertRaisesRegex(
+          UserError, r"khop_select_batch/selection.json is missing"
+      ):
+        sweep.collect_runs(module, grid)
+      _write_selections(root, module, choices)
+      runs = sweep.collect_runs(module, grid)
+    # Only the trained row whose choice differs, at that choice; the cap and
+    # the evaluation interval in strings as at batch 32.
+    self.assertLen(runs, 2)
+    for _, c in runs:
+      self.assertEqual(
+          (c.model.kind, c.model.variant), ("trained", "res_ln_mlp")
+      )
+      self.assertEqual((c.train.batch_size, c.train.warmup_steps), (16, 1000))
+      self.assertEqual(c.train.steps * 16, 20000 * 32)
+      self.assertEqual(c.eval.every * 16, 500 * 32)
+    with self.assertRaisesRegex(UserError, r"batch='x'; use protocol or"):
+      sweep.collect_runs(module, "batch=x")
+
+  def test_khop_config_batch_and_warmup(self):
+    config = khop.get_config("model=trained,batch=64,warmup=0")
+    self.assertEqual(
+        (config.train.batch_size, config.train.warmup_steps), (64, 0)
+    )
+    self.assertEqual((config.train.steps, config.eval.every), (10000, 250))
+    with self.assertRaisesRegex(UserError, r"batch=0, warmup=100; use batch"):
+      khop.get_config("batch=0")
 
   def test_khop_grid_compiles_into_sparse_at_every_k(self):
     module = sweep.load_config_module(
