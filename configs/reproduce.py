@@ -15,7 +15,8 @@ full   the results as reported: simulate (bounds and errors), threshold
        (figure), the compiled-UT reports on Dyck and on k-hop with k = 1, the
        trivial k-hop predictors, the selection sweeps on validation seeds (with
        k-hop's batch size and warm-up),
-       then the k-hop and Dyck tables that read their choices, the counting
+       then the k-hop and Dyck tables that read their choices (and the
+       trained k-hop rows at their chosen batch and warm-up), the counting
        baseline, seeds over machines, trainability against width (and the
        Dyck cell again at the lr chosen per width) and the learnability gap. Every run trains to its protocol's stopping rule
        (docs/results.md): many core-hours on a 2-core CPU (each step's time
@@ -128,6 +129,15 @@ def get_config(arg="full"):
           "khop_v2",
           "launch.sweep",
           "configs/khop_table.py" + grid + (",ks=2" if quick else ""),
+          None,
+          ["--workers={workers}"],
+      ),
+      _step(  # The trained rows at the batch and warm-up chosen for them.
+          "khop_v2_batch",
+          "launch.sweep",
+          "configs/khop_table.py"
+          + (grid + ",ks=2," if quick else ":")
+          + "kinds=trained,batch=selected,compiled=False",
           None,
           ["--workers={workers}"],
       ),

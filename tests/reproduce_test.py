@@ -88,6 +88,7 @@ class ReproduceTest(absltest.TestCase):
         "khop_select_batch/selection.json",
         "dyck_select/selection.json",
         "khop_v2/curves.png",
+        "khop_v2_batch/paper.md",
         "machines/machines.md",
         "width/width.png",
         "learnability/learnability.png",
