@@ -47,6 +47,13 @@ BATCH = 32
 WARMUP = 100
 
 
+def at_batch(config, batch):
+  """(step cap, evaluation interval) at `batch` strings a step that train on
+  and evaluate after as many strings as config's at its batch size."""
+  per = lambda n: max(1, round(n * config.train.batch_size / batch))
+  return per(config.train.steps), per(config.eval.every)
+
+
 def get_config(arg=None):
   args = common.parse_arg(
       arg,
@@ -83,17 +90,15 @@ def get_config(arg=None):
   config.train.schedule = "constant"
   config.train.stop_accuracy = 0.995
   config.train.stop_evals = 2
-  config.train.batch_size = args["batch"]
-  config.train.warmup_steps = args["warmup"]
   if args["batch"] < 1 or args["warmup"] < 0:
     raise common.UserError(
         f"batch={args['batch']}, warmup={args['warmup']}; use batch >= 1 and"
         " warmup >= 0"
     )
-  if args["batch"] != BATCH:  # The same strings between evaluations.
-    per = lambda n: max(1, round(n * BATCH / args["batch"]))
-    config.train.steps = per(config.train.steps)
-    config.eval.every = per(config.eval.every)
+  config.train.batch_size = BATCH
+  config.train.steps, config.eval.every = at_batch(config, args["batch"])
+  config.train.batch_size = args["batch"]
+  config.train.warmup_steps = args["warmup"]
   if args["model"] != "trained":
     config.train.lr = 3e-2
   if args["model"] == "sparse":  # The MLP's hidden width: d (see docstring).

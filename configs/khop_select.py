@@ -131,12 +131,11 @@ def _batch_sweep(add, models, ks, smoke):
         for times_batch, times_warmup in BATCHES[:2] if smoke else BATCHES:
           overrides = dict(chosen)
           if times_batch != 1:
-            per = lambda n, t=times_batch: max(1, round(n / t))
-            overrides["train.batch_size"] = round(
-                base.train.batch_size * times_batch
+            batch = round(base.train.batch_size * times_batch)
+            overrides["train.batch_size"] = batch
+            overrides["train.steps"], overrides["eval.every"] = khop.at_batch(
+                base, batch
             )
-            overrides["train.steps"] = per(base.train.steps)
-            overrides["eval.every"] = per(base.eval.every)
           if times_warmup != 1:
             overrides["train.warmup_steps"] = (
                 base.train.warmup_steps * times_warmup

@@ -113,21 +113,22 @@ def _at_selected_batch(rows, k):
   choice = {(c["kind"], c["variant"], c["data"]["k"]): c for c in chosen}
   out = []
   for row in rows:
-    kind, variant = (part.split("=")[1] for part in row.split(",")[:2])
-    if kind != "trained":
+    fields = dict(item.split("=") for item in row.split(","))
+    if fields["model"] != "trained":
       continue
-    c = choice.get((kind, variant, k))
+    c = choice.get(("trained", fields["variant"], k))
     if c is None:
       raise common.UserError(
           f"{SELECTIONS['batch']} has no choice for {row}, k={k}: rerun its"
           " selection sweep with that cell"
       )
+    extra = ""
     if c["batch_size"] != khop.BATCH:
-      row += f",batch={c['batch_size']}"
+      extra += f",batch={c['batch_size']}"
     if c["warmup_steps"] != khop.WARMUP:
-      row += f",warmup={c['warmup_steps']}"
-    if c["batch_size"] != khop.BATCH or c["warmup_steps"] != khop.WARMUP:
-      out.append(row)
+      extra += f",warmup={c['warmup_steps']}"
+    if extra:
+      out.append(row + extra)
   return out
 
 
