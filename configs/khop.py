@@ -36,8 +36,8 @@ the test accuracy is scored on another 2048 strings (stream (seed, 2)).
 Why the fixed values (batch 32, the d-wide MLP, L = k + 1), with what we
 measured while choosing them: docs/results.md, section "k-hop induction
 heads"; batch and warm-up checked on the validation seeds:
-configs/khop_select.py:part=batch. Run time: the per-run `run_seconds` of results/khop_select (trained
-models, one core each).
+configs/khop_select.py:part=batch. Run time: the per-run `run_seconds` of
+results/khop_select (trained models, one core each).
 """
 
 from configs import common

@@ -77,26 +77,37 @@ PAPER = {
 }
 
 
-def selected(kind, variant, k):
-  """(lr, embed_scale, schedule) the selection sweeps chose for this cell."""
-  which = "trained" if kind == "trained" else "ut"
+# The part argument of configs/khop_select.py that writes each selection.
+SELECTION_PARTS = {"trained": "", "ut": ":part=uts", "batch": ":part=batch"}
+
+
+def _choice(which, kind, variant, k):
+  """The entry of selection `which` for (kind, variant, k); a UserError
+  naming the sweep to run where the file or the entry is missing."""
   chosen = tables.chosen(
       ROOT,
       SELECTIONS[which],
       f"python -m launch.sweep --config=configs/khop_select.py"
-      f"{'' if which == 'trained' else ':part=uts'} "
+      f"{SELECTION_PARTS[which]} "
       f"--workdir={os.path.dirname(SELECTIONS[which])}",
   )
-  want = (kind, variant, k) if which == "trained" else (kind, "res_ln", 2)
   for c in chosen:
-    if (c["kind"], c["variant"], c["data"]["k"]) == want:
-      # Selections made before the schedule was a choice ran "constant".
-      return c["lr"], c["embed_scale"], c.get("schedule", "constant")
+    if (c["kind"], c["variant"], c["data"]["k"]) == (kind, variant, k):
+      return c
   raise common.UserError(
-      f"{SELECTIONS[which]} has no choice for kind={want[0]}, "
-      f"variant={want[1]}, k={want[2]}: rerun its selection sweep with that "
-      f"cell"
+      f"{SELECTIONS[which]} has no choice for kind={kind}, "
+      f"variant={variant}, k={k}: rerun its selection sweep with that cell"
   )
+
+
+def selected(kind, variant, k):
+  """(lr, embed_scale, schedule) the selection sweeps chose for this cell."""
+  if kind == "trained":
+    c = _choice("trained", kind, variant, k)
+  else:
+    c = _choice("ut", kind, "res_ln", 2)
+  # Selections made before the schedule was a choice ran "constant".
+  return c["lr"], c["embed_scale"], c.get("schedule", "constant")
 
 
 def _at_selected_batch(rows, k):
@@ -104,24 +115,12 @@ def _at_selected_batch(rows, k):
   configs/khop_select.py:part=batch differs from the protocol's, each with
   its choice; the rest are the table's runs (batch=protocol), not repeated.
   The UTs keep the protocol's batch in the table (docs/results.md says why)."""
-  chosen = tables.chosen(
-      ROOT,
-      SELECTIONS["batch"],
-      "python -m launch.sweep --config=configs/khop_select.py:part=batch "
-      f"--workdir={os.path.dirname(SELECTIONS['batch'])}",
-  )
-  choice = {(c["kind"], c["variant"], c["data"]["k"]): c for c in chosen}
   out = []
   for row in rows:
     fields = dict(item.split("=") for item in row.split(","))
     if fields["model"] != "trained":
       continue
-    c = choice.get(("trained", fields["variant"], k))
-    if c is None:
-      raise common.UserError(
-          f"{SELECTIONS['batch']} has no choice for {row}, k={k}: rerun its"
-          " selection sweep with that cell"
-      )
+    c = _choice("batch", "trained", fields["variant"], k)
     extra = ""
     if c["batch_size"] != khop.BATCH:
       extra += f",batch={c['batch_size']}"
