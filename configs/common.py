@@ -71,6 +71,10 @@ def base_config(kind, variant, seed, ut_seed=-1):
     )
   config = ml_collections.ConfigDict()
   config.seed = seed
+  # Matmul precision of every step, training and evaluation
+  # (ut.training.precision): "highest" is full float32 everywhere; on an
+  # A100/H100 GPU "tensorfloat32" (JAX's default there) is faster and rounds.
+  config.precision = "highest"
   config.model = ml_collections.ConfigDict(
       dict(
           kind=kind,

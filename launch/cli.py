@@ -1,6 +1,7 @@
 """Shared entry-point plumbing: user errors become one line and a non-zero exit;
 JAX's persistent compilation cache; the CPU host's settings (configs/cpu.py)
-on CPU only.
+on CPU only; a GPU's memory settings (--gpu_preallocate,
+--gpu_memory_fraction), for several processes sharing one GPU.
 """
 
 import logging as py_logging
@@ -22,6 +23,21 @@ from ut.errors import UserError
 # JAX's persistent compilation cache, unless $UT_JAX_CACHE names another folder
 # (an empty value turns it off).
 DEFAULT_JAX_CACHE = "~/.cache/ut/jax"
+
+# A GPU's memory, set before JAX starts its backend. Unset: JAX's defaults
+# (or the XLA_PYTHON_CLIENT_* variables), one process taking 75% of the GPU.
+_GPU_PREALLOCATE = flags.DEFINE_bool(
+    "gpu_preallocate",
+    None,
+    "Whether JAX reserves its GPU memory at start (JAX's default: yes). "
+    "--nogpu_preallocate lets several processes share one GPU.",
+)
+_GPU_MEMORY_FRACTION = flags.DEFINE_float(
+    "gpu_memory_fraction",
+    None,
+    "The share of the GPU's memory JAX may use, in (0, 1] (JAX's default: "
+    "0.75), e.g. 0.3 for three processes on one GPU.",
+)
 
 
 class _QuietLibraries(py_logging.Filter):
@@ -135,6 +151,20 @@ def hardware_overlay(config):
   return config
 
 
+def gpu_memory(preallocate=None, fraction=None, environ=os.environ):
+  """Sets JAX's GPU memory variables (XLA_PYTHON_CLIENT_PREALLOCATE and
+  _MEM_FRACTION) from the flags' values; None leaves a variable as it is.
+  Takes effect only before JAX starts its backend; a no-op on a CPU."""
+  if fraction is not None and not 0 < fraction <= 1:
+    raise UserError(
+        f"--gpu_memory_fraction={fraction}; use a share in (0, 1], e.g. 0.3"
+    )
+  if preallocate is not None:
+    environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = str(preallocate).lower()
+  if fraction is not None:
+    environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:g}"
+
+
 def tune_host(flag_values=flags.FLAGS):
   """Process-wide settings before JAX starts its backend, on CPU only: glibc
   malloc tuning (`ut.cpu.host.tune_malloc`) when the launcher's --config has
@@ -164,8 +194,9 @@ def run(main):
   def guarded(argv):
     logging.get_absl_handler().addFilter(_QuietLibraries())
     use_compilation_cache()
-    tune_host()
     try:
+      gpu_memory(_GPU_PREALLOCATE.value, _GPU_MEMORY_FRACTION.value)
+      tune_host()
       return main(argv)
     except UserError as e:
       logging.flush()

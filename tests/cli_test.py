@@ -341,6 +341,39 @@ class CommandErrorTest(absltest.TestCase):
     self.assertEqual(np.load(out).shape, (2, 3, 3))
 
 
+class GpuMemoryTest(absltest.TestCase):
+  """--gpu_preallocate and --gpu_memory_fraction set JAX's variables."""
+
+  def test_flags_set_the_variables(self):
+    environ = {}
+    cli.gpu_memory(False, 0.3, environ)
+    self.assertEqual(
+        environ,
+        {
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+            "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.3",
+        },
+    )
+
+  def test_unset_flags_keep_the_variables(self):
+    environ = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"}
+    cli.gpu_memory(None, None, environ)
+    self.assertEqual(environ, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"})
+
+  def test_bad_fraction_is_a_user_error(self):
+    for fraction in (0.0, 1.5, -0.1):
+      with self.assertRaisesRegex(cli.UserError, "use a share in"):
+        cli.gpu_memory(None, fraction, {})
+
+  @pytest.mark.slow
+  def test_bad_fraction_is_one_line_from_the_command(self):
+    cli_helpers.assert_one_line_error(
+        self,
+        run_simulate("--gpu_memory_fraction=2"),
+        r"--gpu_memory_fraction=2.0; use a share in \(0, 1\]",
+    )
+
+
 class HostSettingsTest(parameterized.TestCase):
   """launch.cli's CPU overlay (configs/cpu.py), malloc tuning and compilation
   cache, in this process; the backend's name is patched to stand for a CPU or

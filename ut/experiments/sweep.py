@@ -56,6 +56,7 @@ from ut.errors import UserError
 from ut.io import reports
 from ut.training import data as data_lib
 from ut.training import models
+from ut.training import precision as precision_lib
 from ut.training import train
 from ut.training import trained_to_ut as compiled
 
@@ -234,7 +235,12 @@ def train_group(configs, folder=None):
   spread over all devices of all processes, padded to a multiple of their
   number: config.train.data_parallel does not apply here (a `cpu` section's
   compiler options do, configs/cpu.py). Every process runs this alike and ends with
-  every run's results."""
+  every run's results. Steps run at the group's config.precision."""
+  with precision_lib.scope(configs[0]):
+    return _train_group(configs, folder)
+
+
+def _train_group(configs, folder):
   first = configs[0]
   task = data_lib.make_task(first)
   spec = train.model_spec(first, task.info)

@@ -31,6 +31,7 @@ from ut.errors import UserError
 from ut.io import reports
 from ut.training import data as data_lib
 from ut.training import models
+from ut.training import precision as precision_lib
 
 
 class TrainingDiverged(UserError):
@@ -661,6 +662,9 @@ _ADDED_FIELDS = {
     "train.plateau_delta": 0.0,
     "train.init_params": "",
     "eval.test_each": False,
+    # Runs before the field: JAX's default, which on CPU is full float32
+    # (bit-identical to "highest", tests/precision_test.py).
+    "precision": "highest",
 }
 # Fields that older runs recorded and that are gone since (moved to the CPU
 # overlay, configs/cpu.py).
@@ -990,7 +994,13 @@ def _fmt(v):
 
 
 def train_and_evaluate(config, workdir):
-  """Trains config.model on config.task; returns the final metrics dict."""
+  """Trains config.model on config.task; returns the final metrics dict.
+  Every step runs at config.precision (ut.training.precision)."""
+  with precision_lib.scope(config):
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config, workdir):
   task = data_lib.make_task(config)
   spec = model_spec(config, task.info)  # Validate before claiming the workdir.
   check_schedule(config)

@@ -26,6 +26,7 @@ from ut.core.constructions import gaussian
 from ut.errors import UserError
 from ut.io import reports
 from ut.training import models
+from ut.training import precision
 from ut.training import train
 
 # Random-UT width over the threshold N: exact at m = N, but cond(A) there is up
@@ -171,15 +172,16 @@ def sweep_run(config, target_dir):
     train.train_and_evaluate(target_config, target_dir)
   params, spec, tconfig, task, step = train.restore_params(target_dir)
   batches = train.eval_batches(tconfig, task)
-  row = _row(
-      params,
-      spec,
-      batches,
-      predictions(params, spec, batches),
-      config.compiled,
-      M_FACTOR,
-      config.model.ut_seed,
-  )
+  with precision.exact():
+    row = _row(
+        params,
+        spec,
+        batches,
+        predictions(params, spec, batches),
+        config.compiled,
+        M_FACTOR,
+        config.model.ut_seed,
+    )
   return dict(
       row,
       step=step,
@@ -201,20 +203,21 @@ def run(config, workdir):
   train.train_and_evaluate(target_config, target_dir)
   params, spec, tconfig, task, step = train.restore_params(target_dir)
   batches = train.eval_batches(tconfig, task)
-  target_preds = predictions(params, spec, batches)
   rows = []
-  for construction in config.constructions:
-    rows.append(
-        _row(
-            params,
-            spec,
-            batches,
-            target_preds,
-            construction,
-            config.m_factor,
-            config.ut_seed,
-        )
-    )
+  with precision.exact():
+    target_preds = predictions(params, spec, batches)
+    for construction in config.constructions:
+      rows.append(
+          _row(
+              params,
+              spec,
+              batches,
+              target_preds,
+              construction,
+              config.m_factor,
+              config.ut_seed,
+          )
+      )
   result = dict(
       rows=rows,
       target_step=step,
