@@ -4,6 +4,7 @@ validation seeds (100, 101) that no table run uses.
   python -m launch.sweep --config=configs/khop_select.py --workdir=results/khop_select
   python -m launch.sweep --config=configs/khop_select.py:part=uts --workdir=results/khop_select_uts
   python -m launch.sweep --config=configs/khop_select.py:part=batch --workdir=results/khop_select_batch
+  python -m launch.sweep --config=configs/khop_select.py:part=k4 --workdir=results/khop_select_k4
   python -m launch.sweep --config=configs/khop_select.py:smoke --workdir=/tmp/s  # CI size
 
 Each run is configs/khop.py (its protocol: constant learning rate after 100
@@ -23,6 +24,13 @@ learnability.py's target). The selection picks the schedule with the lr.
 part=uts: the sparse and the random UT with res_ln at k = 2, lr in
 {1e-2, 3e-2} x embed_scale in {0.1, 0.3, 1} (the random UT swung from 58.9
 to 99.97% over embed_scale in the earlier table).
+
+part=k4 (issue 48: k = 4, off the ceiling of k = 2 and 3): each UT row of
+the k = 4 table chooses its own lr in {1e-2, 3e-2} and embed_scale in
+{0.1, 0.3} (the k = 2 choice, 1e-2 with 0.1, is in the grid; scale 1 lost at
+k = 2 for both UTs): the random UT with res_ln and with res_ln_mlp (m = 256),
+then the sparse UT with res_ln (m = 4000 at L = 5, about 3x the random UT's
+step time, so it runs last). The trained rows at k = 4 are part=trained's.
 
 part=batch (after the two above: it reads their selection.json): the batch
 size and the warm-up, each cell at the lr, schedule and embed_scale chosen
@@ -58,6 +66,12 @@ PARTS = {
         lrs=(3e-2, 1e-2),
         scales=(1.0, 0.3, 0.1),
     ),
+    "k4": dict(
+        models=("random:res_ln", "random:res_ln_mlp", "sparse:res_ln"),
+        lrs=(1e-2, 3e-2),
+        scales=(0.1, 0.3),
+        ks="4",
+    ),
     "batch": dict(
         models=(
             "trained:res_ln_mlp",
@@ -83,7 +97,10 @@ def sweep(add, arg=None):
     ks = args["ks"] if "ks" in common.given(arg) else "2+3"
     _batch_sweep(add, part["models"], ks.split("+"), args["smoke"])
     return
-  ks = args["ks"].split("+") if args["part"] == "trained" else ["2"]
+  if args["part"] == "trained":
+    ks = args["ks"].split("+")
+  else:
+    ks = part.get("ks", "2").split("+")
   # Smoke (CI): two lrs, the first scale and one seed: every code path, fast.
   lrs = part["lrs"][:2] if args["smoke"] else part["lrs"]
   scales = part["scales"][:1] if args["smoke"] else part["scales"]
