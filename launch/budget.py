@@ -1,0 +1,64 @@
+"""Accuracy at matched budgets (strings seen) from committed sweep folders.
+
+  python -m launch.budget --task=khop --out=results/budget
+  python -m launch.budget --task=dyck --out=results/budget
+
+Writes <out>/<task>.md, .json and .png (ut/experiments/budget.py; no
+training): per row mean ± std, per-seed minimum and success count at each
+budget, the paper's number, and each claim's verdict with its protocol.
+"""
+
+from absl import flags
+
+from configs import dyck_table
+from configs import khop_table
+from launch import cli
+from ut.errors import UserError
+from ut.experiments import budget
+
+# Each task: its table config (PANEL, PAPER), sweeps, claims {name: variants}.
+TASKS = {
+    "khop": (
+        khop_table,
+        ["results/khop_v2", "results/khop_v2_batch"],
+        {"attention-only": ("attn",), "res_ln": ("res_ln", "res_ln_mlp")},
+    ),
+    "dyck": (dyck_table, ["results/dyck_v2"], {"attention-only": ("attn",)}),
+}
+
+_TASK = flags.DEFINE_string("task", None, f"One of {', '.join(TASKS)}.")
+_OUT = flags.DEFINE_string("out", "results/budget", "Output folder.")
+_SOURCES = flags.DEFINE_list(
+    "sources", None, "Sweep folders (default: task's)."
+)
+_BUDGETS = flags.DEFINE_list(
+    "budgets", [str(b) for b in budget.BUDGETS], "Budgets in strings seen."
+)
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace earlier outputs.")
+
+
+def main(argv):
+  del argv
+  if _TASK.value not in TASKS:
+    raise UserError(f"--task={_TASK.value}; use one of {', '.join(TASKS)}")
+  if not all(b.isdigit() and int(b) > 0 for b in _BUDGETS.value):
+    raise UserError(f"--budgets={','.join(_BUDGETS.value)}; use integers > 0")
+  config, sources, claims = TASKS[_TASK.value]
+  report = budget.run(
+      _TASK.value,
+      _SOURCES.value or sources,
+      _OUT.value,
+      panel=config.PANEL,
+      paper=config.PAPER,
+      claims=claims,
+      budgets=sorted(map(int, _BUDGETS.value)),
+      overwrite=_OVERWRITE.value,
+  )
+  for claim in report["claims"]:
+    print(f"{claim['claim']}, {claim['panel']}: {claim['verdict']}")
+  print(f"wrote {_OUT.value}/{_TASK.value}.md, .json and .png")
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["task"])
+  cli.run(main)
