@@ -49,6 +49,22 @@ Mixes (``generate(..., mix=...)``), written for L = 60 as in Zhong & Andreas
           and 15.0% of the unbalanced with equal counts (on 4 million
           strings); a smaller p mutates more (p = 0.5: about 51% balanced,
           counting 92%). tests/dyck_test.py checks these statistics.
+  'za_exact'  the rules of Zhong & Andreas's own generator
+          (task_dyckstream.py in github.com/fjzzq2002/random_transformers,
+          whose length parameter is L // 2 pairs). As 'za' except:
+            every example draws a mutation code c uniform in {0, 1, 2, 3};
+              a grammar string keeps it with probability 1/2 (else c = 0),
+              a uniform string always keeps it (its distribution stays
+              uniform: mutation positions do not depend on the brackets);
+            n_swap and n_flip (before doubling) are Geometric(1/2), mean 2;
+            a swap draws positions i, j uniform and independent and does
+              nothing unless i < j (so about half the swaps are no-ops).
+          Swaps come before flips. On 800k strings (seeds 0-3): 52.5%
+          balanced, mean length 30.8, counting 93.1% right; among the
+          unbalanced 14.6% with equal counts, 17.9% with |#'(' - #')'| = 2,
+          19.3% with 4 (their code, same rules: about 14.7%, 17.8%, 19.3%).
+          tests/dyck_generator_test.py checks these against their code's
+          figures. Not in MIXES: configs cannot name it yet.
   'hard'  exactly num // 2 balanced strings (uniform Dyck words) and
           num - num // 2 negatives (one more negative when num is odd), with
           1 to L // 2 pairs (an even length uniform in [2, L]). A negative has
@@ -97,11 +113,17 @@ VOCAB_SIZE = 4
 NUM_CLASSES = 2
 
 MIXES = ("za", "hard")
+# Mixes `generate` draws that configs do not offer yet (not in MIXES, which
+# data.py and launch/dyck_baseline.py read).
+EXTRA_MIXES = ("za_exact",)
 
 # The 'za' mutation (module docstring): swaps and flips come in
 # Geometric(ZA_GEOMETRIC_P) numbers; flips are doubled with ZA_DOUBLE_PROB.
 ZA_GEOMETRIC_P = 0.8
 ZA_DOUBLE_PROB = 2 / 3
+# 'za_exact' draws both numbers as Zhong & Andreas's code does: 1 + Geometric
+# on {0, 1, ...} with a fair coin, that is Geometric(1/2) on {1, 2, ...}.
+ZA_EXACT_GEOMETRIC_P = 0.5
 
 # `generate` redraws an excluded row in rounds of REDRAW_COPIES candidates, at
 # most MAX_REDRAWS rounds before giving up.
@@ -259,17 +281,25 @@ def _grammar_words(rng, pairs, width):
   return inside_run.reshape(num, width) > 0
 
 
-def _za(rng, num, max_len):
-  """The 'za' mix: uniform strings (1/3) and grammar strings, half mutated."""
-  grammar = rng.random(num) < 2 / 3
-  g = np.flatnonzero(grammar)
-  u = np.flatnonzero(~grammar)
+def _unmutated(rng, u, g, max_len):
+  """(open_BxL, lengths) before mutation: uniform strings at rows u, then
+  grammar strings of a uniform number of pairs at rows g, in that draw order."""
+  num = len(u) + len(g)
   open_BxL = np.empty((num, max_len), bool)
   lengths = np.empty(num, np.int64)
   open_BxL[u], lengths[u] = _uniform_strings(rng, len(u), max_len)
   pairs = rng.integers(1, max_len // 2 + 1, size=len(g))
   lengths[g] = 2 * pairs
   open_BxL[g] = _grammar_words(rng, pairs, max_len)
+  return open_BxL, lengths
+
+
+def _za(rng, num, max_len):
+  """The 'za' mix: uniform strings (1/3) and grammar strings, half mutated."""
+  grammar = rng.random(num) < 2 / 3
+  g = np.flatnonzero(grammar)
+  u = np.flatnonzero(~grammar)
+  open_BxL, lengths = _unmutated(rng, u, g, max_len)
   mutated = rng.random(len(g)) < 0.5
   code = rng.integers(0, 4, size=len(g))
   _swap(rng, open_BxL, lengths, g[mutated & (code & 1 > 0)])
@@ -281,11 +311,20 @@ def _swap(rng, open_BxL, lengths, rows):
   """Geometric numbers of swaps per row, one after the other; each swaps the
   brackets at two independent uniform positions (the same one: no change)."""
   count = rng.geometric(ZA_GEOMETRIC_P, size=len(rows))
+  _swaps(rng, open_BxL, lengths, rows, count, ordered_only=False)
+
+
+def _swaps(rng, open_BxL, lengths, rows, count, ordered_only):
+  """count[k] swaps of row rows[k], one after the other, each of the brackets
+  at two independent uniform positions i, j; skipped when i >= j if
+  ordered_only (else i == j is the only no-op)."""
   first = open_BxL.shape[1] - lengths  # Where each string starts.
   for k in range(int(count.max(initial=0))):
     r = rows[count > k]
     i = first[r] + rng.integers(0, lengths[r])
     j = first[r] + rng.integers(0, lengths[r])
+    if ordered_only:
+      r, i, j = r[i < j], i[i < j], j[i < j]
     open_BxL[r, i], open_BxL[r, j] = open_BxL[r, j], open_BxL[r, i]
 
 
@@ -294,11 +333,36 @@ def _flip(rng, open_BxL, lengths, rows):
   position flipped twice is back as it was."""
   count = rng.geometric(ZA_GEOMETRIC_P, size=len(rows))
   count *= np.where(rng.random(len(rows)) < ZA_DOUBLE_PROB, 2, 1)
+  _flips(rng, open_BxL, lengths, rows, count)
+
+
+def _flips(rng, open_BxL, lengths, rows, count):
+  """count[k] flips of row rows[k], each at a uniform position (repeats
+  allowed); flips commute, so only each position's parity matters."""
   r = np.repeat(rows, count)
   width = open_BxL.shape[1]
   flat = r * width + width - lengths[r] + rng.integers(0, lengths[r])
   flat, times = np.unique(flat, return_counts=True)
   open_BxL.reshape(-1)[flat[times % 2 == 1]] ^= True
+
+
+def _za_exact(rng, num, max_len):
+  """The 'za_exact' mix (module docstring): uniform strings (1/3) and grammar
+  strings; every row drawn a mutation code, which half the grammar rows drop."""
+  uniform = rng.random(num) < 1 / 3
+  u = np.flatnonzero(uniform)
+  g = np.flatnonzero(~uniform)
+  open_BxL, lengths = _unmutated(rng, u, g, max_len)
+  code = rng.integers(0, 4, size=num)
+  code[g[rng.random(len(g)) < 0.5]] = 0
+  rows = np.flatnonzero(code & 1)
+  count = rng.geometric(ZA_EXACT_GEOMETRIC_P, size=len(rows))
+  _swaps(rng, open_BxL, lengths, rows, count, ordered_only=True)
+  rows = np.flatnonzero(code & 2)
+  count = rng.geometric(ZA_EXACT_GEOMETRIC_P, size=len(rows))
+  count *= np.where(rng.random(len(rows)) < ZA_DOUBLE_PROB, 2, 1)
+  _flips(rng, open_BxL, lengths, rows, count)
+  return open_BxL, lengths
 
 
 def _shuffled_steps(
@@ -389,8 +453,10 @@ def labels_of(tokens_BxT) -> np.ndarray:
 
 
 def _check(num, max_len, mix):
-  if mix not in MIXES:
-    raise ValueError(f"unknown mix {mix!r}; valid mixes are {MIXES}.")
+  if mix not in MIXES + EXTRA_MIXES:
+    raise ValueError(
+        f"unknown mix {mix!r}; valid mixes are {MIXES + EXTRA_MIXES}."
+    )
   if max_len < 2:
     raise ValueError(f"max_len={max_len} is too short; use max_len >= 2.")
   if num < 0:
@@ -409,6 +475,8 @@ def generate_tokens(
   rng = np.random.default_rng(seed)
   if mix == "za":
     draw = lambda rows: _za(rng, len(rows), max_len)
+  elif mix == "za_exact":
+    draw = lambda rows: _za_exact(rng, len(rows), max_len)
   else:
     positive = np.zeros(num, bool)
     positive[rng.permutation(num)[: num // 2]] = True
