@@ -90,31 +90,37 @@ from ut.training import data as data_lib
 from ut.training import models
 from ut.training import train
 
-_OUT = flags.DEFINE_string("out", None, "The report (.md; .json beside it).")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a saved report.")
-_SMOKE = flags.DEFINE_bool("smoke", False, "Each config's smoke size.")
-_CASES = flags.DEFINE_string("cases", "all", "Comma-separated cases, or 'all'.")
-_BUDGET_S = flags.DEFINE_float(
-    "budget_s",
-    420.0,
-    "Wall seconds for everything; what does not fit is "
-    "skipped and recorded as skipped.",
-)
-_ROUNDS = flags.DEFINE_integer(
-    "rounds", None, "Interleaved timed rounds (default 5; 2 with --smoke)."
-)
-_SEEDS = flags.DEFINE_list(
-    "seeds",
-    ["1", "3", "8"],
-    "Runs per step, one cell each: 1 is one run's step, more the sweep's "
-    "vmapped group step.",
-)
-_MIN_BLOCK_S = flags.DEFINE_float(
-    "min_block_s",
-    None,
-    "Least seconds of a timed block (default 0.05; 0 "
-    "with --smoke: one step).",
-)
+
+def define_flags():
+  """The command's flags; defined only when it runs as a program, so that
+  importing this module (its test does) defines none: other benchmarks
+  define flags of the same names."""
+  flags.DEFINE_string("out", None, "The report (.md; .json beside it).")
+  flags.DEFINE_bool("overwrite", False, "Replace a saved report.")
+  flags.DEFINE_bool("smoke", False, "Each config's smoke size.")
+  flags.DEFINE_string("cases", "all", "Comma-separated cases, or 'all'.")
+  flags.DEFINE_float(
+      "budget_s",
+      420.0,
+      "Wall seconds for everything; what does not fit is "
+      "skipped and recorded as skipped.",
+  )
+  flags.DEFINE_integer(
+      "rounds", None, "Interleaved timed rounds (default 5; 2 with --smoke)."
+  )
+  flags.DEFINE_list(
+      "seeds",
+      ["1", "3", "8"],
+      "Runs per step, one cell each: 1 is one run's step, more the sweep's "
+      "vmapped group step.",
+  )
+  flags.DEFINE_float(
+      "min_block_s",
+      None,
+      "Least seconds of a timed block (default 0.05; 0 "
+      "with --smoke: one step).",
+  )
+
 
 IMPLS = ("reference", "xla_cpu")
 PRECISIONS = ("highest", "tensorfloat32")
@@ -632,26 +638,32 @@ def run(
 
 def main(argv):
   del argv
-  cases = CASE_NAMES if _CASES.value == "all" else _CASES.value.split(",")
+  cases = (
+      CASE_NAMES if flags.FLAGS.cases == "all" else flags.FLAGS.cases.split(",")
+  )
   try:
-    if _OUT.value:
-      for path in (_OUT.value, os.path.splitext(_OUT.value)[0] + ".json"):
-        reports.check_output(path, _OVERWRITE.value, "--overwrite")
+    if flags.FLAGS.out:
+      for path in (
+          flags.FLAGS.out,
+          os.path.splitext(flags.FLAGS.out)[0] + ".json",
+      ):
+        reports.check_output(path, flags.FLAGS.overwrite, "--overwrite")
     text = run(
-        _OUT.value,
+        flags.FLAGS.out,
         cases=cases,
-        smoke=_SMOKE.value,
-        budget_s=_BUDGET_S.value,
-        rounds=_ROUNDS.value,
-        min_block_s=_MIN_BLOCK_S.value,
-        seeds=_SEEDS.value,
+        smoke=flags.FLAGS.smoke,
+        budget_s=flags.FLAGS.budget_s,
+        rounds=flags.FLAGS.rounds,
+        min_block_s=flags.FLAGS.min_block_s,
+        seeds=flags.FLAGS.seeds,
     )
   except UserError as e:
     sys.exit(f"error: {e}")
   print(text, end="")
-  if _OUT.value:
-    print(f"wrote {_OUT.value}")
+  if flags.FLAGS.out:
+    print(f"wrote {flags.FLAGS.out}")
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

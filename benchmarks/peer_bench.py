@@ -3,6 +3,14 @@ r"""The `ut` training step against a textbook JAX step and a PyTorch step.
   python -m benchmarks.peer_bench                 # Zhong & Andreas's Dyck size
   python -m benchmarks.peer_bench --case=all      # and the protocols' defaults
   python -m benchmarks.peer_bench --out=results/bench   # also saved
+  python -m benchmarks.peer_bench --startup=compare     # start-ups, one core or all
+
+Start-up (`--startup`): this process starts JAX as the launchers do
+(`launcher`: XLA CPU's thread pool as `ut.training.train.cpu_threads` sizes it
+for the first case, `ut.cpu.host.start_backend`) or with XLA's pool of one thread per core
+(`xla`). `--startup=compare` times the `ut` step alone in fresh processes,
+interleaved: as the launchers start it, as XLA would on every core, and
+pinned to one core (`taskset -c 0`'s mask), and prints ms/step for each.
 
 PyTorch is optional (`pip install -e '.[bench]'`); without it the torch column
 is skipped and said so.
@@ -48,6 +56,7 @@ import dataclasses
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -62,6 +71,7 @@ from configs import dyck as dyck_config
 from configs import khop as khop_config
 from configs import khop_table
 from ut.core.constructions import sparse
+from ut.cpu import host
 from ut.io import reports
 from ut.io import roofline as roofline_lib
 from ut.training import data as data_lib
@@ -78,6 +88,22 @@ _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed rounds (medians).")
 _STEPS = flags.DEFINE_integer("steps", 3, "Steps per timed block.")
 _OUT = flags.DEFINE_string("out", None, "Also save peer_bench.md/.json here.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a saved report.")
+_STARTUP = flags.DEFINE_enum(
+    "startup",
+    "launcher",
+    ["launcher", "xla", "compare"],
+    "How JAX starts: as the launchers do, XLA's default, or compare both "
+    "and one pinned core in fresh processes (see the docstring).",
+)
+_UT_ONLY = flags.DEFINE_bool(
+    "ut_only", False, "Time the ut step alone (--startup=compare's children)."
+)
+# --startup=compare's start-ups: (name, the child's --startup, pinned).
+STARTUPS = (
+    ("launcher", "launcher", False),
+    ("xla, all cores", "xla", False),
+    ("pinned, one core", "xla", True),
+)
 
 CASES = (
     "za",
@@ -493,8 +519,68 @@ def measure(case, roofline, bandwidth):
   return row
 
 
+def ut_only(case):
+  """ms/step of the ut step alone (medians of interleaved-free blocks)."""
+  run, state, _ = ut_step(case)
+  for _ in range(2):
+    state, metrics = run(state)
+  jax.block_until_ready(metrics)
+  times = []
+  for _ in range(_REPEATS.value):
+    start = time.perf_counter()
+    for _ in range(_STEPS.value):
+      state, metrics = run(state)
+    jax.block_until_ready(metrics)
+    times.append((time.perf_counter() - start) / _STEPS.value * 1e3)
+  return statistics.median(times)
+
+
+def _child(name, startup, pinned):
+  """ms/step of the ut step in a fresh process started as `startup`."""
+  cmd = [
+      sys.executable,
+      "-m",
+      "benchmarks.peer_bench",
+      f"--case={name}",
+      f"--startup={startup}",
+      "--ut_only",
+      f"--repeats={_REPEATS.value}",
+      f"--steps={_STEPS.value}",
+  ]
+  first = min(os.sched_getaffinity(0))
+  pin = (lambda: os.sched_setaffinity(0, {first})) if pinned else None
+  out = subprocess.run(
+      cmd, capture_output=True, text=True, check=True, preexec_fn=pin
+  )
+  return json.loads(out.stdout.strip().splitlines()[-1])["ut_ms"]
+
+
+def compare_startups(names, rounds=3):
+  """Rows of ms/step per start-up (medians over `rounds` interleaved fresh
+  processes each), and each one's ratio to the pinned core's."""
+  rows = []
+  for name in names:
+    times = {label: [] for label, _, _ in STARTUPS}
+    for _ in range(rounds):
+      for label, startup, pinned in STARTUPS:
+        times[label].append(_child(name, startup, pinned))
+    pinned_ms = statistics.median(times[STARTUPS[-1][0]])
+    row = dict(case=name, cores=len(os.sched_getaffinity(0)))
+    for label, _, _ in STARTUPS:
+      row[f"{label} ms"] = statistics.median(times[label])
+    for label, _, _ in STARTUPS[:-1]:
+      row[f"{label} / pinned"] = row[f"{label} ms"] / pinned_ms
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+  return rows
+
+
 def main(argv):
   del argv
+  if _STARTUP.value == "launcher":  # As launch.train starts this case.
+    host.start_backend(
+        train.cpu_threads(case_config(_CASE.value.split(",")[0]))
+    )
   names = CASES if _CASE.value == "all" else _CASE.value.split(",")
   bad = [n for n in names if n not in CASES]
   if bad or _REPEATS.value < 1 or _STEPS.value < 1:
@@ -504,10 +590,35 @@ def main(argv):
     )
   if _OUT.value:
     reports.check_output(
-        os.path.join(_OUT.value, "peer_bench.json"),
+        os.path.join(
+            _OUT.value,
+            "peer_bench_startup.md"
+            if _STARTUP.value == "compare"
+            else "peer_bench.json",
+        ),
         _OVERWRITE.value,
         "--overwrite",
     )
+  if _UT_ONLY.value:
+    print(json.dumps(dict(case=names[0], ut_ms=ut_only(build(names[0])))))
+    return
+  if _STARTUP.value == "compare":
+    rows = compare_startups(names, _REPEATS.value)
+    head = (
+        f"ut step ms at the start-ups (fresh processes, medians of "
+        f"{_REPEATS.value} interleaved rounds); jax {jax.__version__}; "
+        f"2048^2 matmul {roofline_lib.rate(roofline_lib.make())[0] / 1e9:.0f}"
+        " GFLOP/s"
+    )
+    print(head)
+    print(reports.format_table(rows))
+    if _OUT.value:
+      os.makedirs(_OUT.value, exist_ok=True)
+      reports.write_text(
+          os.path.join(_OUT.value, "peer_bench_startup.md"),
+          head + "\n\n" + reports.format_table(rows) + "\n",
+      )
+    return
   if torch is None:
     print(
         "PyTorch is not installed (pip install -e '.[bench]'): no torch column"

@@ -35,6 +35,12 @@ def get_config():
           # parallel): "auto" for ut.cpu.host.microbatches' cache-sized budget,
           # or a number that divides it, e.g. "1" for the whole batch.
           microbatches="auto",
+          # XLA CPU's thread pool (ut.cpu.host.start_backend): "auto" lets
+          # launch.train choose per run (ut.training.train.cpu_threads: one
+          # thread where the step takes one string at a time, as at Zhong &
+          # Andreas's Dyck size; else one per core) and other launchers use
+          # one per core; "0": one per core; "1", "2", ...: that many.
+          threads="auto",
       )
   )
 

@@ -30,8 +30,8 @@ random UT at m = 512 took 39-51 minutes a run on mix za in the m-wide
 order and 4-16 on mix hard in the coefficient form (docs/performance.md).
 The whole table: 8.3 core-hours over 38 trained runs.
 The selection (results/dyck_select, validation seed 100, 3000 steps): 97%
-validation accuracy for the trained res_ln_mlp at its chosen lr; Zhong & Andreas's
-own trained model ends near 96.5% under this protocol.
+validation accuracy for the trained res_ln_mlp at its chosen lr (Zhong &
+Andreas's own trained model, not yet run here, is DESIGN §7's).
 
 Our choices where the paper is silent (all chosen by us):
   Zhong & Andreas's protocol (DESIGN §7; ut/training/tasks/dyck.py): strings

@@ -165,18 +165,23 @@ def gpu_memory(preallocate=None, fraction=None, environ=os.environ):
     environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{fraction:g}"
 
 
+def _cpu_section(flag_values):
+  """The launcher's --config's section `cpu`, or configs/cpu.py's."""
+  config = flag_values["config"].value if "config" in flag_values else None
+  return (
+      config.get("cpu")
+      if isinstance(config, ml_collections.ConfigDict)
+      else None
+  ) or cpu_config.get_config()
+
+
 def tune_host(flag_values=flags.FLAGS):
   """Process-wide settings before JAX starts its backend, on CPU only: glibc
   malloc tuning (`ut.cpu.host.tune_malloc`) when the launcher's --config has
   cpu.tune_malloc set, and NumPy's huge pages as cpu.numpy_hugepages says
   (`ut.cpu.host.numpy_hugepages`); without a `cpu` section, as configs/cpu.py
   says. Returns whether it tuned malloc."""
-  config = flag_values["config"].value if "config" in flag_values else None
-  section = (
-      config.get("cpu")
-      if isinstance(config, ml_collections.ConfigDict)
-      else None
-  ) or cpu_config.get_config()
+  section = _cpu_section(flag_values)
   if not host.cpu_expected():
     return False
   # Configs saved before the field existed: configs/cpu.py's value.
@@ -187,9 +192,29 @@ def tune_host(flag_values=flags.FLAGS):
   return bool(section.tune_malloc and host.tune_malloc())
 
 
-def run(main):
-  """Like absl.app.run, but a UserError prints `error: ...` and exits with 2;
-  before `main`, turns on the compilation cache and tunes a CPU host."""
+def cpu_threads(flag_values=flags.FLAGS):
+  """XLA CPU's thread pool size for this process, from the --config's
+  cpu.threads (configs/cpu.py's value without one): None for XLA's pool of
+  one thread per core ("0", or "auto" that no launcher has resolved), or a
+  number of threads."""
+  section = _cpu_section(flag_values)
+  threads = str(section.get("threads", cpu_config.get_config().threads))
+  if threads == "auto":
+    return None
+  if not threads.isdigit():
+    raise UserError(
+        f"cpu.threads={threads!r}; use auto, 0 (one thread per core) or a "
+        "number of threads"
+    )
+  return int(threads) or None
+
+
+def run(main, before_backend=None):
+  """Like absl.app.run, but a UserError prints `error: ...` and exits with 2.
+  Before `main`: the compilation cache, a CPU host's settings, a GPU's memory
+  settings, then `before_backend()` (settings JAX reads when its backend
+  starts, such as jax_num_cpu_devices), then JAX's backend, on a CPU with
+  `cpu_threads()` threads (`ut.cpu.host.start_backend`)."""
 
   def guarded(argv):
     logging.get_absl_handler().addFilter(_QuietLibraries())
@@ -197,6 +222,10 @@ def run(main):
     try:
       gpu_memory(_GPU_PREALLOCATE.value, _GPU_MEMORY_FRACTION.value)
       tune_host()
+      if before_backend is not None:
+        before_backend()
+      if host.cpu_expected():
+        host.start_backend(cpu_threads())
       return main(argv)
     except UserError as e:
       logging.flush()

@@ -113,12 +113,16 @@ def run_workers(count):
     )
 
 
-def main(argv):
-  del argv
+def distributed():
+  """--distributed, before JAX's backend starts (cli.run)."""
   if _DISTRIBUTED.value:
     jax.distributed.initialize(
         _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value
     )
+
+
+def main(argv):
+  del argv
   started = time.time()
   overrides = {"eval.test_each": True} if _TEST_EACH.value else None
   count = _WORKERS.value
@@ -174,4 +178,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config", "workdir"])
-  cli.run(main)
+  cli.run(main, before_backend=distributed)

@@ -17,6 +17,7 @@ from absl import flags
 import jax
 
 from launch import cli
+from ut.cpu import host
 from ut.training import train
 
 _CONFIG = cli.define_config_flag("config", "Training config.")
@@ -32,14 +33,24 @@ _CPU_DEVICES = flags.DEFINE_integer(
 )
 
 
-def main(argv):
-  del argv
+def before_backend():
+  """--cpu_devices, and XLA CPU's thread pool for this run where
+  config.cpu.threads is "auto" (train.cpu_threads), before JAX starts."""
   if _CPU_DEVICES.value is not None:
     if _CPU_DEVICES.value < 1:
       sys.exit(f"error: --cpu_devices={_CPU_DEVICES.value} must be at least 1")
     jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
-    if _CPU_DEVICES.value > 1:
-      _CONFIG.value.train.data_parallel = True
+  config = _CONFIG.value
+  data_parallel = (_CPU_DEVICES.value or 1) > 1
+  if "cpu" in config and config.cpu.threads == "auto" and not data_parallel:
+    if host.cpu_expected():
+      config.cpu.threads = str(train.cpu_threads(config) or 0)
+
+
+def main(argv):
+  del argv
+  if _CPU_DEVICES.value is not None and _CPU_DEVICES.value > 1:
+    _CONFIG.value.train.data_parallel = True
   config = cli.hardware_overlay(_CONFIG.value)
   final = train.train_and_evaluate(config, _WORKDIR.value)
   print(
@@ -50,4 +61,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config", "workdir"])
-  cli.run(main)
+  cli.run(main, before_backend=before_backend)

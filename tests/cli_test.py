@@ -20,6 +20,7 @@ import pytest
 
 from configs import cpu as cpu_config
 from configs import dyck as dyck_config
+from configs import khop as khop_config
 from configs import simulate as simulate_config
 from launch import cli
 from tests import cli_helpers
@@ -372,6 +373,65 @@ class GpuMemoryTest(absltest.TestCase):
         run_simulate("--gpu_memory_fraction=2"),
         r"--gpu_memory_fraction=2.0; use a share in \(0, 1\]",
     )
+
+
+class CpuThreadsTest(parameterized.TestCase):
+  """XLA CPU's thread pool: cpu.threads, launch.train's per-run rule, and the
+  backend started with a smaller pool and the whole affinity mask after."""
+
+  def parse(self, *overrides):
+    argv = ["prog", "--config=configs/dyck.py:smoke", *overrides]
+    flag_values = flags.FlagValues()
+    cli.define_config_flag(
+        "config", "Config.", flag_values=flag_values, sys_argv=argv
+    )
+    flag_values(argv)
+    return flag_values
+
+  @parameterized.named_parameters(
+      ("auto_is_xla_default", (), None),
+      ("zero_is_xla_default", ("--config.cpu.threads=0",), None),
+      ("a_number", ("--config.cpu.threads=1",), 1),
+  )
+  def test_cpu_threads(self, overrides, expected):
+    self.assertEqual(cli.cpu_threads(self.parse(*overrides)), expected)
+
+  def test_bad_threads_is_a_user_error(self):
+    with self.assertRaisesRegex(cli.UserError, "cpu.threads='two'; use auto"):
+      cli.cpu_threads(self.parse("--config.cpu.threads=two"))
+
+  def test_one_thread_where_the_step_takes_one_string_at_a_time(self):
+    # Zhong & Andreas's Dyck size splits its batch of 1000 into single
+    # strings (ut.cpu.host.microbatches); k-hop's step takes its batch whole.
+    za = dyck_config.get_config("model=random,variant=res_ln_mlp,max_len=60")
+    za.model.update(m=16, num_heads=4, head_width=4, mlp_ratio=4)
+    za.train.batch_size = 1000
+    self.assertEqual(train.cpu_threads(za), 1)
+    khop = khop_config.get_config("model=random,variant=res_ln,k=3")
+    self.assertIsNone(train.cpu_threads(khop))
+    # An explicit cpu.microbatches counts: whole-batch steps keep every core.
+    cpu_config.overlay(za)
+    za.cpu.microbatches = "1"
+    self.assertIsNone(train.cpu_threads(za))
+
+  @pytest.mark.slow  # A fresh process: the backend starts once a process.
+  def test_start_backend_restores_the_affinity_mask(self):
+    code = (
+        "import os; from ut.cpu import host; mask = os.sched_getaffinity(0);"
+        " host.start_backend(1);"
+        " tids = os.listdir('/proc/self/task');"
+        " print(all(os.sched_getaffinity(int(t)) == mask for t in tids),"
+        " len(tids) > 1)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    self.assertEqual(out.stdout.split(), ["True", "True"])
 
 
 class HostSettingsTest(parameterized.TestCase):

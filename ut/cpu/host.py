@@ -8,7 +8,10 @@ of this runs:
 - `numpy_hugepages`: whether NumPy asks for transparent huge pages;
 - `compiler_options`: XLA CPU with or without its YNNPACK fusions;
 - `microbatches`: how many parts a training step splits its batch into, so
-  that a part's activations stay in the caches.
+  that a part's activations stay in the caches;
+- `start_backend`: JAX's backend started with XLA CPU's thread pool of a
+  given size instead of one thread per core (a second thread slowed steps of
+  tiny ops).
 
 This module knows nothing of models, and of configs only the section that
 configs/cpu.py defines: callers pass sizes, kinds and that section.
@@ -62,6 +65,39 @@ def cpu_expected(platforms=None):
   )
 
 
+def start_backend(threads):
+  """Starts JAX's backend with XLA CPU's thread pool sized for `threads`
+  threads, then lets every thread run on any of the process's cores again.
+
+  XLA sizes its CPU thread pool once, from the cores the process may run on
+  (its affinity mask) when the backend starts (jax-ml/jax#1539). With one
+  thread per core, each op of a small step is split and waited for across
+  cores: at Zhong & Andreas's Dyck size a step on both cores of this 2-core
+  machine took longer than on one pinned core (`python -m benchmarks.peer_bench
+  --startup=compare`). So the mask holds `threads` cores while the backend starts,
+  and the whole mask afterwards: the OS still places the few threads on
+  whichever cores are free. A no-op where the backend has started already or
+  the platform has no affinity masks; threads=None or at least the number of
+  cores leaves XLA's default. Returns the pool size asked for, or None.
+  """
+  if not hasattr(os, "sched_getaffinity"):
+    return None
+  mask = os.sched_getaffinity(0)
+  if threads is None or threads >= len(mask):
+    jax.devices()
+    return None
+  os.sched_setaffinity(0, sorted(mask)[:threads])
+  try:
+    jax.devices()
+  finally:
+    for tid in os.listdir("/proc/self/task"):
+      try:
+        os.sched_setaffinity(int(tid), mask)
+      except OSError:  # A thread that has ended meanwhile.
+        pass
+  return threads
+
+
 def tune_malloc():
   """Keeps XLA's per-step CPU buffers in glibc's heap instead of fresh mmaps.
 
@@ -109,7 +145,9 @@ def compiler_options(settings):
   return dict(compiler_options=dict(xla_cpu_experimental_ynn_fusion_type=""))
 
 
-def microbatches(batch_size, num_tokens, *, kind, width, num_heads, m=0):
+def microbatches(
+    batch_size, num_tokens, *, kind, width, num_heads, m=0, cpu=None
+):
   """How many equal parts a training step splits a (batch_size, num_tokens)
   batch into on CPU; 1 off CPU, where an accelerator wants the largest matmuls.
 
@@ -119,9 +157,10 @@ def microbatches(batch_size, num_tokens, *, kind, width, num_heads, m=0):
   them (MICROBATCH_ELEMENTS; for the random UT RANDOM_BUDGET_PER_M2 * m^2,
   m its width), so that it stays in the caches: the answer is the largest
   divisor of the batch size at most batch_size * elements / budget (at least
-  one part, and at least one string a part).
+  one part, and at least one string a part). cpu: whether JAX runs on its
+  CPU (None: ask JAX, which starts its backend).
   """
-  if not on_cpu():
+  if not (on_cpu() if cpu is None else cpu):
     return 1
   if kind == "random" and m < 1:
     raise ValueError(f"a random UT's microbatches need its width m; got m={m}")

@@ -48,6 +48,7 @@ SETUP_CELL = """\
 UT_REPO = "<git URL of this repository>"  #@param {type:"string"}
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 
@@ -70,8 +71,10 @@ if not _is_repo_root("."):  # Not in a checkout (Colab): clone one.
 try:
   importlib.metadata.version("ut")
 except importlib.metadata.PackageNotFoundError:
-  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "."],
-                 check=True)
+  # On a GPU runtime, the pinned JAX with its CUDA 12 plugin (extra `gpu`).
+  extra = "[gpu]" if shutil.which("nvidia-smi") else ""
+  subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e",
+                  "." + extra], check=True)
 if os.getcwd() not in sys.path:  # ut/ and configs/ import without a restart.
   sys.path.insert(0, os.getcwd())
 print("working in", os.getcwd())"""

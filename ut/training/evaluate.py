@@ -56,6 +56,7 @@ from ut.errors import UserError
 from ut.io import reports
 from ut.training import data as data_lib
 from ut.training import models
+from ut.training import precision
 from ut.training import train
 from ut.training.tasks import dyck
 from ut.training.tasks import khop
@@ -356,7 +357,8 @@ def _logits(model, tokens_BxT):
     tokens_BxT = np.concatenate(
         [tokens_BxT, np.repeat(tokens_BxT[:1], padded - b, axis=0)]
     )
-  return np.asarray(_apply(model.params, model.spec, tokens_BxT))[:b]
+  with precision.scope(model.config):  # The run's own matmul precision.
+    return np.asarray(_apply(model.params, model.spec, tokens_BxT))[:b]
 
 
 def _report(

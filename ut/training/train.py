@@ -177,7 +177,28 @@ def _stop_frozen_gradients(params, spec):
   )
 
 
-def default_microbatches(batch_size, num_tokens, spec, m_wide=False):
+def cpu_threads(config):
+  """XLA CPU's thread pool for this run (`ut.cpu.host.start_backend`), told
+  before JAX starts: 1 where the step takes its batch one string at a time
+  (its microbatches equal the batch, as at Zhong & Andreas's Dyck size: there
+  a second thread splits ops too small to share and slowed the step); None,
+  XLA's pool of one thread per core, otherwise (k-hop's whole-batch steps ran
+  faster on two cores). Measured by `python -m benchmarks.peer_bench
+  --startup=compare` (docs/performance.md)."""
+  task = data_lib.make_task(config)
+  spec = model_spec(config, task.info)
+  if spec.impl == "auto":  # On CPU: the launchers ask only there.
+    spec = dataclasses.replace(spec, impl="xla_cpu")
+  batch, tokens = train_batch(config, task, 0)["tokens"].shape
+  parts = step_microbatches(config) or default_microbatches(
+      batch, tokens, spec, on_cpu=True
+  )
+  return 1 if parts >= batch > 1 else None
+
+
+def default_microbatches(
+    batch_size, num_tokens, spec, m_wide=False, on_cpu=None
+):
   """How many microbatches `train_step` splits a (batch_size, num_tokens) batch
   into by default: `ut.cpu.host.microbatches`, cache-sized parts on CPU and
   the whole batch elsewhere. A token's activations are the model width wide,
@@ -189,10 +210,12 @@ def default_microbatches(batch_size, num_tokens, spec, m_wide=False):
   (benchmarks/last_only_bench.py). So does the form with res_ln
   (`ut.cpu.forward.residual_coefficient_form`), whose tables each part
   would pay again. m_wide=True: the count for the M-wide
-  order even there (`ut.cpu.forward.apply_m_wide`, a benchmark's baseline)."""
+  order even there (`ut.cpu.forward.apply_m_wide`, a benchmark's baseline).
+  on_cpu: whether JAX runs on its CPU (None: ask JAX, starting its backend)."""
+  on_cpu = host.on_cpu() if on_cpu is None else on_cpu
   if (
       not m_wide
-      and host.on_cpu()
+      and on_cpu
       and models.resolve_impl(spec.impl) == "xla_cpu"
       and (
           cpu_forward.coefficient_form(spec, num_tokens)
@@ -212,6 +235,7 @@ def default_microbatches(batch_size, num_tokens, spec, m_wide=False):
       width=width,
       num_heads=spec.num_heads,
       m=spec.model_width,
+      cpu=on_cpu,
   )
 
 
