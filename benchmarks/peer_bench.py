@@ -520,19 +520,20 @@ def measure(case, roofline, bandwidth):
 
 
 def ut_only(case):
-  """ms/step of the ut step alone (medians of interleaved-free blocks)."""
+  """ms/step of the ut step alone: the median of --repeats blocks."""
   run, state, _ = ut_step(case)
-  for _ in range(2):
-    state, metrics = run(state)
-  jax.block_until_ready(metrics)
-  times = []
-  for _ in range(_REPEATS.value):
-    start = time.perf_counter()
-    for _ in range(_STEPS.value):
-      state, metrics = run(state)
+  states = [state]
+
+  def block(steps=_STEPS.value):
+    s = states[0]
+    for _ in range(steps):
+      s, metrics = run(s)
     jax.block_until_ready(metrics)
-    times.append((time.perf_counter() - start) / _STEPS.value * 1e3)
-  return statistics.median(times)
+    states[0] = s
+
+  block(2)  # Warm-up (compiles).
+  times = [_timed(block) / _STEPS.value for _ in range(_REPEATS.value)]
+  return 1e3 * statistics.median(times)
 
 
 def _child(name, startup, pinned):
@@ -577,10 +578,6 @@ def compare_startups(names, rounds=3):
 
 def main(argv):
   del argv
-  if _STARTUP.value == "launcher":  # As launch.train starts this case.
-    host.start_backend(
-        train.cpu_threads(case_config(_CASE.value.split(",")[0]))
-    )
   names = CASES if _CASE.value == "all" else _CASE.value.split(",")
   bad = [n for n in names if n not in CASES]
   if bad or _REPEATS.value < 1 or _STEPS.value < 1:
@@ -588,6 +585,8 @@ def main(argv):
         f"error: --case={_CASE.value!r} (use any of {', '.join(CASES)} or "
         "all), --repeats and --steps >= 1"
     )
+  if _STARTUP.value == "launcher":  # As launch.train starts the first case.
+    host.start_backend(train.cpu_threads(case_config(names[0])))
   if _OUT.value:
     reports.check_output(
         os.path.join(

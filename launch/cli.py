@@ -213,8 +213,9 @@ def run(main, before_backend=None):
   """Like absl.app.run, but a UserError prints `error: ...` and exits with 2.
   Before `main`: the compilation cache, a CPU host's settings, a GPU's memory
   settings, then `before_backend()` (settings JAX reads when its backend
-  starts, such as jax_num_cpu_devices), then JAX's backend, on a CPU with
-  `cpu_threads()` threads (`ut.cpu.host.start_backend`)."""
+  starts, such as jax_num_cpu_devices), then, on a CPU whose cpu.threads
+  names a number, JAX's backend with that many threads
+  (`ut.cpu.host.start_backend`; otherwise it starts when first used)."""
 
   def guarded(argv):
     logging.get_absl_handler().addFilter(_QuietLibraries())

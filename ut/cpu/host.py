@@ -78,13 +78,13 @@ def start_backend(threads):
   and the whole mask afterwards: the OS still places the few threads on
   whichever cores are free. A no-op where the backend has started already or
   the platform has no affinity masks; threads=None or at least the number of
-  cores leaves XLA's default. Returns the pool size asked for, or None.
+  cores leaves XLA's default and the backend to start when first used.
+  Returns the pool size asked for, or None.
   """
-  if not hasattr(os, "sched_getaffinity"):
+  if threads is None or not hasattr(os, "sched_getaffinity"):
     return None
   mask = os.sched_getaffinity(0)
-  if threads is None or threads >= len(mask):
-    jax.devices()
+  if threads >= len(mask):
     return None
   os.sched_setaffinity(0, sorted(mask)[:threads])
   try:
