@@ -12,13 +12,26 @@ MODEL_DEFAULTS = {
     "random": dict(num_heads=2, num_layers=2, m=256, head_width=32),
     # Standard transformer of width 64, 2 heads of width 32.
     "trained": dict(num_heads=2, num_layers=2, width=64, head_width=32),
+    # Zhong & Andreas's GPT-2 (DESIGN §7, ut/training/gpt2.py): width 16, 4
+    # heads of width 4, 2 layers, MLP width 64; variant res_ln_mlp.
+    "gpt2": dict(num_heads=4, num_layers=2, width=16, head_width=4, mlp_width=64),
+    "gpt2_random": dict(
+        num_heads=4, num_layers=2, width=16, head_width=4, mlp_width=64
+    ),
 }
 
 # Peak learning rates per kind (our choice, from small sweeps on Dyck-1 `za`,
 # attention-only, 2000 steps: UTs at 3e-3 stalled near 92-94%, at 1e-2 they
 # reach 99-100%; the trained model at 3e-3 left seed 1 at 92%, at 1e-2 at 77%,
 # at 1e-3 it reached 99.95%).
-LEARNING_RATES = {"sparse": 1e-2, "random": 1e-2, "trained": 1e-3}
+# The gpt2 kinds: Zhong & Andreas's lr.
+LEARNING_RATES = {
+    "sparse": 1e-2,
+    "random": 1e-2,
+    "trained": 1e-3,
+    "gpt2": 1e-3,
+    "gpt2_random": 1e-3,
+}
 
 
 def parse_arg(arg, defaults):

@@ -13,6 +13,8 @@ import time
 from absl.testing import absltest
 import numpy as np
 
+from configs import dyck as dyck_config
+from ut.training import data
 from ut.training.tasks import dyck
 
 # Their code's figures (200k strings, max_len 60), as printed: to 0.1%.
@@ -204,8 +206,22 @@ class ZaExactTest(absltest.TestCase):
       tokens, labels = dyck.generate_tokens(20000, 60, mix, seed=0)
       data = tokens.tobytes() + labels.tobytes()
       self.assertEqual(hashlib.sha256(data).hexdigest()[:16], digest, mix)
-    # Configs do not offer 'za_exact' yet (dyck.EXTRA_MIXES).
-    self.assertEqual(dyck.MIXES, ("za", "hard"))
+
+  def test_the_dyck_config_draws_za_exact(self):
+    # configs/dyck.py:mix=za_exact reaches this generator: its fixed
+    # validation set is the mix's draw from the validation stream.
+    config = dyck_config.get_config("mix=za_exact")
+    task = data.make_task(config)
+    want, labels = dyck.generate_tokens(
+        4000, 60, "za_exact", data.stream_seed(0, data.Dyck.SPLITS["valid"])
+    )
+    valid = task.held_out("valid")
+    np.testing.assert_array_equal(valid["tokens"], want)
+    np.testing.assert_array_equal(valid["labels"][:, -1], labels)
+    batch = task.batch(2000, seed=1)
+    self.assertFalse(
+        dyck.contains(task.exclude, dyck.keys(batch["tokens"])).any()
+    )
 
 
 if __name__ == "__main__":

@@ -199,11 +199,11 @@ class ZaGeneratorTest(parameterized.TestCase):
         delta=4 * length.std() / np.sqrt(num),
     )
 
-  @parameterized.parameters("za", "hard")
+  @parameterized.parameters(*dyck.MIXES)
   def test_lengths_at_the_default_max_len(self, mix):
     tokens, labels, texts = dyck.generate(20000, 60, mix, seed=3)
     lengths = {len(t) for t in texts}
-    want = set(range(1, 61)) if mix == "za" else set(range(2, 61, 2))
+    want = set(range(1, 61)) if mix != "hard" else set(range(2, 61, 2))
     self.assertEqual(lengths, want)
     self.assertEqual(tokens.shape, (20000, 61))
     self.assertEqual(dyck.decode(tokens[:500]), texts[:500])
@@ -244,7 +244,7 @@ class HeldOutKeysTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, r"differ in width"):
       dyck.contains(held, dyck.keys(dyck.encode(["()"], 60)))
 
-  @parameterized.parameters("za", "hard")
+  @parameterized.parameters(*dyck.MIXES)
   def test_only_excluded_rows_are_redrawn(self, mix):
     free_tokens, _ = dyck.generate_tokens(3000, 8, mix, seed=5)
     exclude = dyck.key_set(free_tokens[:200])

@@ -91,7 +91,7 @@ class DyckTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, r"length 6.*max_len=4"):
       dyck.encode(["()()()"], max_len=4)
 
-  @parameterized.parameters("za", "hard")
+  @parameterized.parameters(*dyck.MIXES)
   def test_generate_labels_match_reference(self, mix):
     max_len = 12
     tokens, labels, texts = dyck.generate(600, max_len, mix, seed=3)
@@ -102,14 +102,14 @@ class DyckTest(parameterized.TestCase):
     self.assertEqual(dyck.decode(tokens), texts)
     np.testing.assert_array_equal(tokens[:, -1], dyck.QUERY)
     for text, label in zip(texts, labels):
-      self.assertBetween(len(text), 1 if mix == "za" else 2, max_len)
+      self.assertBetween(len(text), 1 if mix != "hard" else 2, max_len)
       self.assertEqual(bool(label), reference_balanced(text), text)
     # Every length in range is used, for random and grammar strings alike.
     self.assertLen(
-        {len(t) for t in texts}, max_len if mix == "za" else max_len // 2
+        {len(t) for t in texts}, max_len if mix != "hard" else max_len // 2
     )
 
-  @parameterized.parameters("za", "hard")
+  @parameterized.parameters(*dyck.MIXES)
   def test_generate_is_deterministic(self, mix):
     a = dyck.generate(50, 10, mix, seed=7)
     b = dyck.generate(50, 10, mix, seed=7)
@@ -175,7 +175,7 @@ class DyckTest(parameterized.TestCase):
     )
 
   def test_bad_arguments(self):
-    with self.assertRaisesRegex(ValueError, r"'za', 'hard'"):
+    with self.assertRaisesRegex(ValueError, r"'za', 'za_exact', 'hard'"):
       dyck.generate(4, 8, "easy", seed=0)
     with self.assertRaisesRegex(ValueError, r"max_len >= 2"):
       dyck.generate(4, 1, "za", seed=0)

@@ -31,7 +31,12 @@ import numpy as np
 # ut.cpu.forward), so a wide random UT wants few large parts and a narrow one
 # many small ones. Fitted to measured steps (docs/performance.md,
 # "Microbatches"; python -m benchmarks.microbatch_bench).
-MICROBATCH_ELEMENTS = {"sparse": 2**17, "trained": 2**17}
+MICROBATCH_ELEMENTS = {
+    "sparse": 2**17,
+    "trained": 2**17,
+    "gpt2": 2**17,
+    "gpt2_random": 2**17,
+}
 RANDOM_BUDGET_PER_M2 = 5
 
 

@@ -34,6 +34,8 @@ class TaskInfo:
   # Every label sits at the last position (Dyck's '?' query): training and
   # held-out scoring need the last position's logits only.
   labels_last_only: bool = False
+  # The token that pads rows on the left (Dyck's PAD); -1: rows are not padded.
+  left_pad: int = -1
 
 
 class Dyck:
@@ -60,6 +62,7 @@ class Dyck:
         cfg.max_len + 1,
         dyck.NUM_CLASSES,
         labels_last_only=True,
+        left_pad=dyck.PAD,
     )
     self.sets = {}
     for split, stream in self.SPLITS.items():

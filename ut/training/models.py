@@ -8,6 +8,8 @@ Kinds:
            structured routing (`sparse.route_layer`), no attention weights.
   random   a Gaussian UT of width m (`constructions.gaussian`), frozen.
   trained  a standard transformer of width d; every weight trains.
+  gpt2, gpt2_random  Zhong & Andreas's GPT-2 layout (`ut.training.gpt2`), with
+           every weight trained, or frozen but E and U; variant res_ln_mlp.
 Variants:
   attn        attention only, exactly DESIGN §1: z_l = sum_h A_h z_{l-1} V_h.
   res_ln      pre-LN residual: z_l = z_{l-1} + Attn(LN(z_{l-1})), and a final LN.
@@ -44,8 +46,10 @@ from ut.core.constructions import gaussian
 from ut.core.constructions import sparse
 from ut.cpu import forward as cpu_forward
 from ut.errors import UserError
+from ut.training import gpt2
 
-KINDS = ("sparse", "random", "trained")
+KINDS = ("sparse", "random", "trained")  # Each with any of VARIANTS.
+ALL_KINDS = KINDS + gpt2.KINDS
 VARIANTS = ("attn", "res_ln", "res_ln_mlp")
 IMPLS = ("reference", "xla_cpu", "auto")
 
@@ -74,10 +78,15 @@ class ModelSpec:
   # The loss reads the last position only (`apply(..., last_only=True)`):
   # for tasks whose labels all sit there (TaskInfo.labels_last_only).
   last_only: bool = False
+  # The token that left-pads rows (TaskInfo.left_pad; -1: none): the gpt2
+  # kinds move each row to start at position 0, as Zhong & Andreas's rows do.
+  left_pad: int = -1
 
   def __post_init__(self):
-    if self.kind not in KINDS:
-      raise UserError(f"unknown model kind {self.kind!r}; use one of {KINDS}")
+    if self.kind not in ALL_KINDS:
+      raise UserError(
+          f"unknown model kind {self.kind!r}; use one of {ALL_KINDS}"
+      )
     if self.variant not in VARIANTS:
       raise UserError(
           f"unknown variant {self.variant!r}; use one of {VARIANTS}"
@@ -108,6 +117,16 @@ class ModelSpec:
           "positive number (the std of E's initial entries, e.g. 1.0)"
       )
     targets.check_seed(self.ut_seed, "model.ut_seed")
+    if self.kind in gpt2.KINDS and self.variant != "res_ln_mlp":
+      raise UserError(
+          f"model.kind={self.kind} is GPT-2's layout (residual, LayerNorm, "
+          f"MLP); use model.variant=res_ln_mlp, not {self.variant!r}"
+      )
+    if self.kind in gpt2.KINDS and self.width % self.num_heads:
+      raise UserError(
+          f"model.width={self.width} must be a multiple of model.num_heads="
+          f"{self.num_heads} (GPT-2 splits the width into the heads)"
+      )
     if (
         not isinstance(self.mlp_width, (int, np.integer))
         or isinstance(self.mlp_width, bool)
@@ -145,6 +164,8 @@ def _sparse_ut(num_heads, num_layers, width):
 
 def init(key, spec, dtype=jnp.float32):
   """Initial parameters. UT weights come from the construction builders."""
+  if spec.kind in gpt2.KINDS:
+    return gpt2.init(key, spec, dtype)
   m, c = spec.model_width, spec.num_classes
   k_tok, k_pos, k_u, k_layers, k_mlp = jax.random.split(key, 5)
   params = {
@@ -223,7 +244,9 @@ def _drawn_to_block_order(ut):
 
 def labels(params, spec):
   """'train' or 'frozen' for every leaf, from its path (STYLE 7)."""
-  trainable = ("embed", "unembed") if spec.kind != "trained" else None
+  trainable = (
+      None if spec.kind in ("trained", "gpt2") else ("embed", "unembed")
+  )
 
   def label(path, _):
     top = path[0].key
@@ -234,6 +257,16 @@ def labels(params, spec):
   assert len(leaves) == len(jax.tree.leaves(params)), "a leaf has no label"
   assert set(leaves) <= {"train", "frozen"}, set(leaves)
   return out
+
+
+def decay_mask(params):
+  """True for the weights, False for the biases and LayerNorm parameters:
+  the leaves that AdamW decays with config.train.decay_on="weights"."""
+  if "blocks" in params:  # The gpt2 kinds.
+    return gpt2.decay_mask(params)
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: path[-1].key not in ("b1", "b2"), params
+  )
 
 
 def resolve_impl(impl):
@@ -330,6 +363,8 @@ def apply(params, spec, tokens_BxT, precision=None, last_only=False):
         f"sequence length {tokens_BxT.shape[1]} exceeds the model's "
         f"position table ({spec.max_len})"
     )
+  if spec.kind in gpt2.KINDS:  # One implementation on every backend.
+    return gpt2.apply(params, spec, tokens_BxT, precision, last_only)
   if resolve_impl(spec.impl) == "xla_cpu":
     return cpu_forward.apply(
         params, spec, tokens_BxT, precision, last_only=last_only

@@ -67,6 +67,7 @@ def model_spec(config, task_info):
       embed_scale=mc.get("embed_scale", 1.0),
       impl=mc.get("impl", "auto"),
       last_only=task_info.labels_last_only,
+      left_pad=task_info.left_pad,
   )
 
 
@@ -115,14 +116,28 @@ def stop_reason(tc, curve):
   return None
 
 
+# The leaves AdamW's weight decay applies to: every trained leaf, or its
+# weights only (`models.decay_mask`: no biases, no LayerNorm parameters).
+DECAY_ON = ("all", "weights")
+
+
 def make_optimizer(config, params, spec, peak_lr=None):
-  """AdamW on warmup + cosine for 'train' leaves, zero updates for 'frozen'.
+  """AdamW on warmup + cosine for 'train' leaves, zero updates for 'frozen';
+  b2 = config.train.adam_b2 (0.98 where absent), weight decay on the leaves
+  config.train.decay_on names.
 
   The peak learning rate lives in the optimizer state (optax.inject_hyperparams),
   so runs that differ only in it can be vmapped (ut/experiments/sweep.py). peak_lr defaults
   to config.train.lr and may be a traced value.
   """
   tc = config.train
+  decay_on = tc.get("decay_on", "all")
+  if decay_on not in DECAY_ON:
+    raise UserError(
+        f"config.train.decay_on={decay_on!r}; use one of {DECAY_ON} (the "
+        "leaves weight decay applies to)"
+    )
+  mask = None if decay_on == "all" else models.decay_mask
 
   def inner(peak_lr):
     return optax.chain(
@@ -130,8 +145,9 @@ def make_optimizer(config, params, spec, peak_lr=None):
         optax.adamw(
             lr_schedule(tc, peak_lr),
             b1=0.9,
-            b2=0.98,
+            b2=tc.get("adam_b2", 0.98),
             weight_decay=tc.weight_decay,
+            mask=mask,
         ),
     )
 

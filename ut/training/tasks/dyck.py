@@ -64,7 +64,7 @@ Mixes (``generate(..., mix=...)``), written for L = 60 as in Zhong & Andreas
           unbalanced 14.6% with equal counts, 17.9% with |#'(' - #')'| = 2,
           19.3% with 4 (their code, same rules: about 14.7%, 17.8%, 19.3%).
           tests/dyck_generator_test.py checks these against their code's
-          figures. Not in MIXES: configs cannot name it yet.
+          figures.
   'hard'  exactly num // 2 balanced strings (uniform Dyck words) and
           num - num // 2 negatives (one more negative when num is odd), with
           1 to L // 2 pairs (an even length uniform in [2, L]). A negative has
@@ -112,10 +112,7 @@ QUERY = 3
 VOCAB_SIZE = 4
 NUM_CLASSES = 2
 
-MIXES = ("za", "hard")
-# Mixes `generate` draws that configs do not offer yet (not in MIXES, which
-# data.py and launch/dyck_baseline.py read).
-EXTRA_MIXES = ("za_exact",)
+MIXES = ("za", "za_exact", "hard")
 
 # The 'za' mutation (module docstring): swaps and flips come in
 # Geometric(ZA_GEOMETRIC_P) numbers; flips are doubled with ZA_DOUBLE_PROB.
@@ -453,9 +450,9 @@ def labels_of(tokens_BxT) -> np.ndarray:
 
 
 def _check(num, max_len, mix):
-  if mix not in MIXES + EXTRA_MIXES:
+  if mix not in MIXES:
     raise ValueError(
-        f"unknown mix {mix!r}; valid mixes are {MIXES + EXTRA_MIXES}."
+        f"unknown mix {mix!r}; valid mixes are {MIXES}."
     )
   if max_len < 2:
     raise ValueError(f"max_len={max_len} is too short; use max_len >= 2.")
