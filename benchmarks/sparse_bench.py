@@ -186,13 +186,10 @@ def bench_ratio(repeats):
     print(line)
 
 
-def bench_scale(numpy_hugepages=None):
-  """The scale run; numpy_hugepages: NumPy's huge-page setting
-  (`ut.cpu.host.numpy_hugepages`), None for configs/cpu.py's, as the
-  launchers set it on CPU."""
-  if numpy_hugepages is None:
-    numpy_hugepages = cpu_config.get_config().numpy_hugepages
-  host.numpy_hugepages(numpy_hugepages)
+def bench_scale():
+  """The scale run, with NumPy's huge pages (`ut.cpu.host.numpy_hugepages`)
+  set as configs/cpu.py has them, as the launchers set them on CPU."""
+  host.numpy_hugepages(cpu_config.get_config().numpy_hugepages)
   h, num_layers, d, batch, n = 2, 10, 64, 2, 8
   t0 = time.perf_counter()
   ut = sparse.make_sparse_ut(h, num_layers, d)

@@ -1,5 +1,5 @@
 """Two training steps of one case timed side by side, in turns: what
-benchmarks/split_bench.py and benchmarks/paths_bench.py share (their flags,
+benchmarks/paths_bench.py and benchmarks/residual_bench.py share (their flags,
 the case check, the timing loop and the header line)."""
 
 import statistics

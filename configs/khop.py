@@ -34,7 +34,7 @@ stops once it is >= 99.5% at two evaluations in a row, else at 20000 steps;
 the test accuracy is scored on another 2048 strings (stream (seed, 2)).
 
 Why the fixed values (batch 32, the d-wide MLP, L = k + 1), with what we
-measured while choosing them: docs/results.md, section "k-hop induction
+measured while choosing them: docs/history.md, section "k-hop induction
 heads"; batch and warm-up checked on the validation seeds:
 configs/khop_select.py:part=batch. Run time: the per-run `run_seconds` of
 results/khop_select (trained models, one core each).

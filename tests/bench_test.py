@@ -1,6 +1,7 @@
-"""The training-step benchmark's saved report (`train_bench --out`), the
-XLA-flags comparison built on it (`flags_bench`), and the data-parallel step
-(`dp_bench`).
+"""The benchmarks kept in benchmarks/: the training step's saved report
+(`train_bench --out`) and its FLOP counts, the data-parallel step
+(`dp_bench`), the peer comparison (`peer_bench`), `record`, and the sparse,
+paths and residual orders side by side.
 
 Every test that runs a benchmark or a subprocess is marked slow.
 """
@@ -191,7 +192,7 @@ class TrainBenchTest(absltest.TestCase):
       return total
 
     b, t = batch["tokens"].shape
-    # In its own process: train_bench's flags clash with flags_bench's here.
+    # In its own process: the benchmarks' absl flags clash in one process.
     proc = subprocess.run(
         [
             sys.executable,
@@ -251,48 +252,6 @@ class TrainBenchTest(absltest.TestCase):
     self.assertNotIn("Traceback", proc.stderr)
     self.assertIn("--repeats=0", proc.stderr)
     self.assertEqual(sorted(os.listdir(tmp)), ["afile"])
-
-
-class FlagsBenchTest(absltest.TestCase):
-
-  def test_summary_takes_medians_over_rounds(self):
-    from benchmarks import flags_bench  # pylint: disable=g-import-not-at-top
-
-    result = lambda ratio, rate: dict(ratio_analytic=ratio, steps_per_s=rate)
-    rounds = [
-        dict(base={"a": result(b, 10 * b)}, flags={"a": result(f, 10 * f)})
-        for b, f in ((0.4, 0.5), (0.2, 0.3), (0.5, 0.4))
-    ]
-    (row,) = flags_bench.summarize(rounds)
-    self.assertEqual(row["name"], "a")
-    self.assertAlmostEqual(row["ratio_base"], 0.4)
-    self.assertAlmostEqual(row["ratio_flags"], 0.4)
-    # flags/base per round: 1.25, 1.5, 0.8 -> median 1.25, not 0.4 / 0.4.
-    self.assertAlmostEqual(row["flags_over_base"], 1.25)
-    self.assertAlmostEqual(row["steps_per_s_flags"], 4.0)
-
-  @pytest.mark.slow
-  def test_unknown_xla_flag_is_one_line_error(self):
-    out = self.create_tempdir().full_path
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.flags_bench",
-            "--rounds=1",
-            "--xla_flags=--xla_no_such_flag_here=1",
-            f"--out={out}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    cli_helpers.assert_one_line_error(
-        self, proc, r"train_bench with XLA_FLAGS=.*no_such_flag.* failed"
-    )
-    self.assertEqual(os.listdir(out), [])
 
 
 def run_dp_bench(*flags):
@@ -362,12 +321,8 @@ class DpBenchTest(absltest.TestCase):
     )
 
 
-if __name__ == "__main__":
-  absltest.main()
-
-
 def _python(*args, env=None):
-  """`python args` (e.g. "-m", "benchmarks.alloc_bench") from the repository
+  """`python args` (e.g. "-m", "benchmarks.peer_bench") from the repository
   root: the benchmarks' flags clash with each other in one process."""
   return subprocess.run(
       [sys.executable, *args],
@@ -378,42 +333,6 @@ def _python(*args, env=None):
       timeout=600,
       check=False,
   )
-
-
-class AllocBenchTest(absltest.TestCase):
-
-  def test_faults_are_counted_per_call(self):
-    # 64 MB: above glibc's largest mmap threshold (32 MB), so that a fresh
-    # output is always freshly mapped.
-    proc = _python(
-        "-c",
-        "import json; from benchmarks import alloc_bench; "
-        "print(json.dumps(alloc_bench.in_process(64, repeats=3)))",
-    )
-    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    pages = 64 * 2**20 // os.sysconf("SC_PAGE_SIZE")
-    rows = {r["op"]: r for r in json.loads(proc.stdout.splitlines()[-1])}
-    fresh = rows["jax a*2+1, fresh output"]["faults_per_call"]
-    donated = rows["jax a*2+1, donated"]["faults_per_call"]
-    # Writing in place maps no page of the output (at most a few faults of
-    # bookkeeping); a fresh output maps new ones, never more than its pages
-    # and a few.
-    self.assertLessEqual(donated, 8)
-    self.assertGreater(fresh, 4 * donated + 8)
-    for row in rows.values():
-      self.assertEqual(row["pages"], pages)
-      self.assertLessEqual(row["faults_per_call"], pages + 64)
-      self.assertGreater(row["gb_per_s"], 0)
-
-  @pytest.mark.slow
-  def test_children_report_each_allocator(self):
-    proc = _python(
-        "-m", "benchmarks.alloc_bench", "--mb=1", "--repeats=1", "--step=none"
-    )
-    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    table = proc.stdout.split("by allocator:")[1]
-    for name in ("glibc", "glibc+tune_malloc", "glibc+hugetlb"):
-      self.assertRegex(table, rf"\n{re.escape(name)} \| [0-9.]+ \|")
 
 
 class PeerBenchTest(absltest.TestCase):
@@ -463,62 +382,6 @@ print(abs(last_loss - full_loss), err)
       self.assertIn(key, row)
 
 
-class MicrobatchBenchTest(absltest.TestCase):
-
-  @pytest.mark.slow
-  def test_old_rule_and_candidates(self):
-    # In a child: the benchmarks' flags clash with peer_bench's here.
-    proc = _python(
-        "-c",
-        "import json; from benchmarks import microbatch_bench as b; "
-        "from ut.training import models; "
-        "s = models.ModelSpec; print(json.dumps(["
-        "b.old_rule(128, 61, s('trained', 'attn', 4, 61, 2, width=64)), "
-        "b.old_rule(32, 32, s('sparse', 'res_ln', 6, 32, 4, num_layers=5, "
-        "width=32)), b.candidates(128, (3,)), b.candidates(1000, ())]))",
-    )
-    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    trained, sparse_k4, c128, c1000 = json.loads(proc.stdout)
-    # The trained Dyck model's old count: 128 x 61 x 64 // 2^19 = 0 -> 1 (the
-    # new rule counts the attention scores: 8, tests/train_test.py).
-    self.assertEqual(trained, 1)
-    self.assertEqual(sparse_k4, 16)  # m = 4000: 32 x 32 x 4000 // 2^17 = 31.
-    self.assertEqual(c128, [1, 2, 3, 4, 8, 16, 32, 64, 128])
-    self.assertEqual(c1000, [1, 2, 4, 8, 20, 40, 100, 200, 500, 1000])
-
-  @pytest.mark.slow
-  def test_one_case_reports_rule_old_and_best(self):
-    proc = _python(
-        "-m",
-        "benchmarks.microbatch_bench",
-        "--case=khop_trained_3",
-        "--repeats=1",
-    )
-    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    row = json.loads(
-        next(l for l in proc.stdout.splitlines() if l.startswith("{"))
-    )
-    self.assertEqual(
-        (row["case"], row["variant"], row["m"], row["batch"]),
-        ("khop_trained_3", "res_ln", 64, 32),
-    )
-    spec = models.ModelSpec("trained", "res_ln", 6, 32, 4, width=64)
-    self.assertEqual(row["rule"], train.default_microbatches(32, 32, spec))
-    times = {
-        int(n): float(v)
-        for n, v in (p.split(":") for p in row["all_ms"].split())
-    }
-    # Every candidate was timed, the rule's and the old rule's among them.
-    self.assertContainsSubset({1, 2, 4, 8, 16, 32, row["old"]}, set(times))
-    self.assertAlmostEqual(row["best_ms"], min(times.values()), delta=0.05)
-
-  def test_unknown_case_is_one_line_error(self):
-    proc = _python("-m", "benchmarks.microbatch_bench", "--case=nope")
-    self.assertEqual(proc.returncode, 1)
-    self.assertEqual(proc.stderr.strip().count("\n"), 0, proc.stderr)
-    self.assertIn("--case='nope'", proc.stderr)
-
-
 class RecordTest(absltest.TestCase):
 
   @pytest.mark.slow
@@ -543,34 +406,6 @@ class RecordTest(absltest.TestCase):
       self.assertEqual(f.read(), text)
 
 
-class SuiteBenchTest(absltest.TestCase):
-
-  @pytest.mark.slow
-  def test_times_the_suite_off_cold_and_warm(self):
-    node = (
-        "tests/readme_test.py::ReadmeTest::test_render_includes_file_verbatim"
-    )
-    proc = _python("-m", "benchmarks.suite_bench", f"--tests={node}")
-    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    rows = re.findall(
-        r"^\| (\w+) \| ([\d.]+) \| ([\d.]+) \|$", proc.stdout, re.M
-    )
-    self.assertEqual([r[0] for r in rows], ["off", "cold", "warm"], proc.stdout)
-    seconds = {name: float(s) for name, s, _ in rows}
-    for name, s, ratio in rows:
-      self.assertGreater(seconds[name], 0)
-      self.assertAlmostEqual(
-          float(ratio), seconds["off"] / seconds[name], delta=0.02
-      )
-
-  @pytest.mark.slow
-  def test_missing_test_file_is_one_line_error(self):
-    proc = _python("-m", "benchmarks.suite_bench", "--tests=tests/nope_test.py")
-    self.assertNotEqual(proc.returncode, 0)
-    self.assertEqual(proc.stderr.strip().count("\n"), 0, proc.stderr)
-    self.assertIn("nope_test.py", proc.stderr)
-
-
 class SparseBenchTest(absltest.TestCase):
 
   @pytest.mark.slow
@@ -591,56 +426,6 @@ class SparseBenchTest(absltest.TestCase):
     self.assertIn("batch split over 2 CPU devices", proc.stdout)
     self.assertLen(re.findall(r"structured_split [0-9.]+ ms", proc.stdout), 2)
     self.assertLen(re.findall(r"levels [0-9.]+ ms", proc.stdout), 2)
-
-
-def _assert_ratio_rows(test, stdout, names, *, rounding):
-  """The printed rows `  name slow fast ratio` are `names`, and each ratio
-  (printed to 2 decimals) is the ratio of the unrounded times, between the
-  bounds of the printed ones (each within `rounding`)."""
-  rows = re.findall(r"^  (\w+) +([0-9.]+) +([0-9.]+) +([0-9.]+)$", stdout, re.M)
-  test.assertEqual([r[0] for r in rows], names, stdout)
-  for _, slow, fast, ratio in rows:
-    slow, fast, ratio = float(slow), float(fast), float(ratio)
-    test.assertGreater(fast, 0)
-    test.assertBetween(
-        ratio,
-        (slow - rounding) / (fast + rounding) - 0.005,
-        (slow + rounding) / (fast - rounding) + 0.005,
-    )
-
-
-class DrawBenchTest(absltest.TestCase):
-
-  @pytest.mark.slow
-  def test_times_each_case_both_ways_after_checking_the_bits(self):
-    proc = _python(
-        "-m",
-        "benchmarks.draw_bench",
-        "--repeats=1",
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-    )
-    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    self.assertIn("arrays equal bit for bit", proc.stdout)
-    _assert_ratio_rows(
-        self, proc.stdout, ["draw", "target", "trained"], rounding=0.005
-    )
-
-
-class SplitBenchTest(absltest.TestCase):
-
-  @pytest.mark.slow
-  def test_times_both_steps_after_checking_they_agree(self):
-    proc = _python(
-        "-m",
-        "benchmarks.split_bench",
-        "--cases=khop_k3",
-        "--repeats=1",
-        "--steps=1",
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-    )
-    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    self.assertIn("losses and states equal over 3 steps", proc.stdout)
-    _assert_ratio_rows(self, proc.stdout, ["khop_k3"], rounding=0.05)
 
 
 class PathsBenchTest(absltest.TestCase):
@@ -716,7 +501,6 @@ class ResidualBenchTest(absltest.TestCase):
 class UnknownCaseTest(parameterized.TestCase):
 
   @parameterized.parameters(
-      "benchmarks.split_bench",
       "benchmarks.paths_bench",
       "benchmarks.residual_bench",
   )
@@ -727,41 +511,5 @@ class UnknownCaseTest(parameterized.TestCase):
     self.assertNotIn("Traceback", proc.stderr)
 
 
-class HugepageBenchTest(absltest.TestCase):
-
-  @pytest.mark.slow
-  def test_times_fresh_arrays_with_huge_pages_on_and_off(self):
-    proc = _python(
-        "-m",
-        "benchmarks.hugepage_bench",
-        "--mb=8",
-        "--repeats=1",
-        "--processes=0",
-        env=dict(os.environ, JAX_PLATFORMS="cpu"),
-    )
-    self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
-    rows = dict(
-        (s, (float(t), float(f)))
-        for s, t, f in re.findall(
-            r"^    (on|off) +([0-9.]+) +([0-9.]+)$", proc.stdout, re.M
-        )
-    )
-    self.assertEqual(set(rows), {"on", "off"}, proc.stdout)
-    self.assertIn("THP enabled:", proc.stdout)
-    if "[always]" not in proc.stdout:  # Else huge pages whatever NumPy asks.
-      # 4 KiB pages: about one fault per page of the 8 MB array.
-      self.assertGreater(rows["off"][1], 0.9 * 8 * 2**20 / 4096)
-
-
-class ImportBenchTest(absltest.TestCase):
-
-  @pytest.mark.slow
-  def test_child_imports_the_pinned_ml_dtypes_and_times_it(self):
-    from benchmarks import import_bench  # pylint: disable=g-import-not-at-top
-
-    with open(os.path.join(ROOT, "setup.cfg")) as f:
-      pinned = re.search(r"ml_dtypes==([0-9.]+)", f.read()).group(1)
-    version, ml_dtypes_s, with_jax_s = import_bench._imports(None)
-    self.assertEqual(version, pinned)
-    self.assertGreater(ml_dtypes_s, 0.0)
-    self.assertGreater(with_jax_s, ml_dtypes_s)  # jax imports after it.
+if __name__ == "__main__":
+  absltest.main()

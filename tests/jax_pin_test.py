@@ -6,13 +6,18 @@ by a reduction once there are more than 2^14 (float64) or 2^15 (float32) rows
 which the report names correct. This file runs the upstream reproducer and
 `ut`'s own reductions of that shape, each jitted at sizes past the trigger,
 against eager JAX and against float64 NumPy. On 0.10.2 the reproducer's cases
-fail here.
+fail here. Also: the installed ml_dtypes is setup.cfg's pin (0.7.0's import
+alone took about 0.7 s: docs/performance.md, "Host settings").
 """
+
+import os
+import re
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 
 from ut.cpu import forward
@@ -118,6 +123,19 @@ class JaxPinTest(parameterized.TestCase):
       np.testing.assert_allclose(
           fn(params, spec, tokens, None), reference, atol=1e-10, err_msg=name
       )
+
+
+class MlDtypesPinTest(absltest.TestCase):
+
+  def test_installed_ml_dtypes_is_the_pin(self):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "setup.cfg")) as f:
+      pinned = re.search(r"ml_dtypes==([0-9.]+)", f.read()).group(1)
+    self.assertEqual(
+        ml_dtypes.__version__,
+        pinned,
+        "pip install -e . installs setup.cfg's ml_dtypes",
+    )
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ def normal(
   Threefry counts the elements in row-major order, so the flat draw is the
   same array, bit for bit when both are compiled with the same XLA options.
   XLA CPU compiles the flat counter far faster: 6.9x for a (10, 2, 64, 64)
-  draw (`benchmarks/draw_bench.py`, results/bench/draw_bench.md).
+  draw (results/bench/draw_bench.md).
   """
   return jax.random.normal(key, (math.prod(shape),), dtype).reshape(shape)
 

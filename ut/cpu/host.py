@@ -29,8 +29,8 @@ import numpy as np
 # random UT's budget is RANDOM_BUDGET_PER_M2 x m^2: each part recomputes its
 # first layer's tables (sum_h E R_V,h, about (V + T) m^2 H multiply-adds,
 # ut.cpu.forward), so a wide random UT wants few large parts and a narrow one
-# many small ones. Fitted to measured steps (docs/performance.md,
-# "Microbatches"; python -m benchmarks.microbatch_bench).
+# many small ones. Fitted to measured steps (docs/performance.md, "Host
+# settings"; results/bench/microbatch_bench.md).
 MICROBATCH_ELEMENTS = {
     "sparse": 2**17,
     "trained": 2**17,
@@ -131,7 +131,7 @@ def numpy_hugepages(enabled):
   NumPy asks by default on Linux 4.6 and later (NUMPY_MADVISE_HUGEPAGE,
   read at import, sets the start value). On a VM whose host backs guest
   memory at its first touch, a fresh large array in huge pages can fault in
-  far slower than in 4 KiB pages (benchmarks/hugepage_bench.py times both).
+  far slower than in 4 KiB pages (results/bench/hugepage_bench.md).
   """
   multiarray = getattr(getattr(np, "_core", None), "multiarray", None)
   toggle = getattr(multiarray, "_set_madvise_hugepage", None)

@@ -12,8 +12,8 @@ none of this applies.
   so that two of those seldom share the memory bus.
 
 This module knows nothing of models or configs: callers pass sizes and kinds.
-`benchmarks/workers_bench.py` measures one process against pinned and
-unpinned workers.
+One process against pinned and unpinned workers was measured by a retired
+benchmark (docs/performance.md, "Retired benchmarks").
 """
 
 import contextlib
@@ -61,7 +61,7 @@ def worker_order(units, index, count, *, cost, memory_bound):  # pylint: disable
   Largest `cost(unit)` first. With several workers, even-numbered ones try the
   units where `memory_bound(unit)` first and odd-numbered ones the others, so
   that two memory-bound runs seldom share the memory bus:
-  `benchmarks/workers_bench.py --pairs` measured a step of the k-hop sparse UT
+  the retired `workers_bench --pairs` measured a step of the k-hop sparse UT
   (k = 3, res_ln_mlp) and one of the random UT (k = 4, res_ln_mlp), each pinned
   to one of 2 cores, at 0.85x-0.88x the time side by side that each takes
   beside its twin.

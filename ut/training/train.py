@@ -509,7 +509,7 @@ def make_step(config, spec, tx):
 class _SplitLayersStep:
   """A jitted `train_step` that passes it the frozen layers split
   (`models.split_frozen`) where the model reads them so: XLA CPU copies a
-  slice of a stacked parameter inside the jit (benchmarks/split_bench.py).
+  slice of a stacked parameter inside the jit (results/bench/split_bench.md).
 
   The split is made from the first state and kept for the states this step
   returns: the step never changes the frozen layers (the optimizer zeroes
