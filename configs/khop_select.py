@@ -5,6 +5,7 @@ validation seeds (100, 101) that no table run uses.
   python -m launch.sweep --config=configs/khop_select.py:part=uts --workdir=results/khop_select_uts
   python -m launch.sweep --config=configs/khop_select.py:part=batch --workdir=results/khop_select_batch
   python -m launch.sweep --config=configs/khop_select.py:part=k4 --workdir=results/khop_select_k4
+  python -m launch.sweep --config=configs/khop_select.py:part=sanford --workdir=results/khop_select_sanford
   python -m launch.sweep --config=configs/khop_select.py:smoke --workdir=/tmp/s  # CI size
 
 Each run is configs/khop.py (its protocol: constant learning rate after 100
@@ -31,6 +32,14 @@ the k = 4 table chooses its own lr in {1e-2, 3e-2} and embed_scale in
 k = 2 for both UTs): the random UT with res_ln and with res_ln_mlp (m = 256),
 then the sparse UT with res_ln (m = 4000 at L = 5, about 3x the random UT's
 step time, so it runs last). The trained rows at k = 4 are part=trained's.
+
+part=sanford (issue 48 part 2: Sanford et al.'s length 100 over 4 letters,
+k = 2, L = 3): the trained res_ln_mlp and attention-only models, lr in
+{3e-4, 1e-3, 3e-3}, and the sparse and the random UT (m = 256), attention
+only, lr in {1e-2, 3e-2} x embed_scale in {0.1, 0.3, 1}. Selected at the
+protocol's cap of 20000 steps (640k strings), with the futility rule
+(FUTILITY) beside the 99.5% stop; the table's runs then go to Sanford's
+3.2M strings.
 
 part=batch (after the two above: it reads their selection.json): the batch
 size and the warm-up, each cell at the lr, schedule and embed_scale chosen
@@ -72,6 +81,21 @@ PARTS = {
         scales=(0.1, 0.3),
         ks="4",
     ),
+    # Sanford et al.'s protocol (issue 48 part 2): length 100, k = 2.
+    "sanford": dict(
+        models=(
+            "trained:res_ln_mlp",
+            "trained:attn",
+            "sparse:attn",
+            "random:attn",
+        ),
+        lrs=(1e-2, 3e-2),
+        scales=(0.1, 0.3, 1.0),
+        trained_lrs=(1e-3, 3e-4, 3e-3),
+        ks="2",
+        data="length=100",
+        futility=True,
+    ),
     "batch": dict(
         models=(
             "trained:res_ln_mlp",
@@ -84,6 +108,11 @@ PARTS = {
 # part=batch's candidates: (batch size, warm-up steps) as multiples of the
 # protocol's (configs/khop.py: 32 and 100), the protocol's first.
 BATCHES = ((1, 1), (0.5, 1), (4, 1), (1, 10))
+# The futility rule (part=sanford): stop once the best validation accuracy
+# of the last fifth of the cap's evaluations (8 of 40) is not above the best
+# before them by more than half a point (ut.training.train.stop_reason's
+# plateau rule).
+FUTILITY = {"train.plateau_evals": 8, "train.plateau_delta": 0.005}
 
 
 def sweep(add, arg=None):
@@ -105,17 +134,23 @@ def sweep(add, arg=None):
   lrs = part["lrs"][:2] if args["smoke"] else part["lrs"]
   scales = part["scales"][:1] if args["smoke"] else part["scales"]
   seeds = VALIDATION_SEEDS[:1] if args["smoke"] else VALIDATION_SEEDS
+  data = f",{part['data']}" if "data" in part else ""
+  rule = FUTILITY if part.get("futility") else {}
   for k in ks:
     for model in part["models"]:
       kind, variant = model.split(":")
-      for scale in scales:
-        for lr in lrs:
+      lrs_, scales_ = lrs, scales
+      if kind == "trained" and "trained_lrs" in part:
+        lrs_ = part["trained_lrs"][:2] if args["smoke"] else part["trained_lrs"]
+        scales_ = (1.0,)
+      for scale in scales_:
+        for lr in lrs_:
           for seed in seeds:
-            run = f"model={kind},variant={variant},k={k},seed={seed}"
+            run = f"model={kind},variant={variant},k={k},seed={seed}{data}"
             if scale != 1.0:
               run += f",embed_scale={scale}"
             run += ",smoke" if args["smoke"] else ""
-            add(run, **{"train.lr": lr})
+            add(run, **{"train.lr": lr}, **rule)
             if model in part.get("cosine", ()) and lr in COSINE_LRS:
               add(run, **{"train.lr": lr, "train.schedule": "cosine"})
 

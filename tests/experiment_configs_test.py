@@ -242,6 +242,37 @@ class SelectionTest(absltest.TestCase):
       self.assertFalse({c.seed for _, c in runs} & table_seeds, name)
       self.assertGreater(len({c.train.lr for _, c in runs}), 1, name)
 
+  def test_sanford_part_gives_each_row_its_own_grid(self):
+    runs = sweep.collect_runs(_module("khop_select.py"), "part=sanford")
+    self.assertFalse({c.seed for _, c in runs} - {100, 101})
+    grid = {}
+    for _, c in runs:
+      self.assertEqual(
+          (c.data.length, c.data.alphabet, c.data.k, c.model.num_layers),
+          (100, 4, 2, 3),
+      )
+      self.assertEqual(
+          (c.train.plateau_evals, c.train.plateau_delta), (8, 0.005)
+      )
+      self.assertEqual(c.train.steps // c.eval.every // 5, 8)  # A fifth.
+      cell = (c.model.kind, c.model.variant)
+      grid.setdefault(cell, set()).add(
+          (c.train.lr, c.model.embed_scale, c.seed)
+      )
+    uts = {(lr, s, seed) for lr in (1e-2, 3e-2) for s in (0.1, 0.3, 1.0)
+           for seed in (100, 101)}
+    trained = {(lr, 1.0, seed) for lr in (3e-4, 1e-3, 3e-3)
+               for seed in (100, 101)}
+    self.assertEqual(
+        grid,
+        {
+            ("sparse", "attn"): uts,
+            ("random", "attn"): uts,
+            ("trained", "attn"): trained,
+            ("trained", "res_ln_mlp"): trained,
+        },
+    )
+
   def test_width_selection_tries_every_lr_at_every_dyck_width(self):
     runs = sweep.collect_runs(_module("width_select.py"), None)
     n = width.threshold("dyck")
