@@ -31,7 +31,6 @@ from ut.training import data as data_lib
 from ut.training import train
 from ut.training import trained_to_ut as compiled
 
-Run = records.Run
 Worker = tuple[int, int, str]  # (index, count, claims folder).
 
 
@@ -225,6 +224,21 @@ def _train_unit(workdir, members, pending, vmapped):
       for n, c in compiled_runs
   ]
   seconds = time.perf_counter() - start
+  _record(workdir, pending, results, seconds, vmapped)
+  if folder is not None:  # Its runs are recorded: the state is spent.
+    shutil.rmtree(folder, ignore_errors=True)
+  logging.info(
+      "group done in %.1fs: %s",
+      seconds,
+      ", ".join(
+          f"{n}: {r['eval_accuracy']:.4f}" for (n, _), r in zip(pending, results)
+      ),
+  )
+
+
+def _record(workdir, pending, results, seconds, vmapped):
+  """Completes each run's metrics with its name, config, time and provenance,
+  and (process 0) writes them to runs/<name>/metrics.json."""
   for (name, config), result in zip(pending, results):
     result.update(
         name=name,
@@ -239,15 +253,6 @@ def _train_unit(workdir, members, pending, vmapped):
     )
     if jax.process_index() == 0:
       reports.write_json(records.metrics_path(workdir, name), result)
-  if folder is not None:  # Its runs are recorded: the state is spent.
-    shutil.rmtree(folder, ignore_errors=True)
-  logging.info(
-      "group done in %.1fs: %s",
-      seconds,
-      ", ".join(
-          f"{n}: {r['eval_accuracy']:.4f}" for (n, _), r in zip(pending, results)
-      ),
-  )
 
 
 def _write_table(config_path, workdir, runs, started):
