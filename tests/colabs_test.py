@@ -386,16 +386,16 @@ class PlotsTest(absltest.TestCase):
         os.path.join(ROOT, "configs/dyck_table.py")
         + ":smoke,kinds=sparse,variants=attn,mixes=za,seeds=2"
     )
-    self.assertIsNone(plots.finished_rows(config, workdir))
+    self.assertIsNone(sweep.finished_rows(config, workdir))
     runs = "model=sparse_variant=attn_mix=za_seed={}_smoke"
     row = dict(ROWS[0], runs=";".join(runs.format(s) for s in range(2)))
     other = dict(ROWS[1], runs="not_in_this_grid")
     with open(os.path.join(workdir, "table.json"), "w") as f:
       json.dump(dict(rows=[row, other]), f)
-    self.assertEqual(plots.finished_rows(config, workdir), [row])
+    self.assertEqual(sweep.finished_rows(config, workdir), [row])
     with open(os.path.join(workdir, "table.json"), "w") as f:
       json.dump(dict(rows=[dict(row, runs=runs.format(0))]), f)
-    self.assertIsNone(plots.finished_rows(config, workdir))  # Seed 1 missing.
+    self.assertIsNone(sweep.finished_rows(config, workdir))  # Seed 1 missing.
 
   def test_finished_rows_of_fewer_seeds_than_the_table(self):
     # The table has 3 seeds per cell; a 2-seed sub-grid gets its own mean.
@@ -422,11 +422,11 @@ class PlotsTest(absltest.TestCase):
     sweep.write_table(
         workdir, sweep.aggregate(workdir, [n for n, _ in runs]), {}
     )
-    [row] = plots.finished_rows(grid.format(2), workdir)
+    [row] = sweep.finished_rows(grid.format(2), workdir)
     self.assertEqual(row["seeds"], 2)
     self.assertAlmostEqual(row["accuracy_mean"], 0.6)
     self.assertAlmostEqual(row["accuracy_std"], np.std([0.5, 0.7], ddof=1))
-    [row] = plots.finished_rows(grid.format(3), workdir)
+    [row] = sweep.finished_rows(grid.format(3), workdir)
     self.assertAlmostEqual(row["accuracy_mean"], 0.7)
 
 

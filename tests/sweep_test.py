@@ -30,6 +30,7 @@ from tests import sweep_config
 from ut.cpu import workers
 from ut.errors import UserError
 from ut.experiments import sweep
+from ut.experiments.sweep import runs as sweep_runs
 from ut.io import reports
 from ut.training import data as data_lib
 from ut.training import models
@@ -666,7 +667,7 @@ class SweepTest(absltest.TestCase):
   def test_adaptive_sweep_adds_runs_in_a_second_pass(self):
     tmp = self.create_tempdir().full_path
     # In process: keep JAX's cache setting off this temporary folder.
-    with mock.patch.object(sweep, "use_compilation_cache"):
+    with mock.patch.object(sweep_runs, "use_compilation_cache"):
       sweep.run_sweep(
           os.path.join(ROOT, "tests", "sweep_config.py:adaptive"), tmp
       )

@@ -14,9 +14,9 @@ and step caps compare at the same budget B strings:
   Nothing is extrapolated.
 
 Runs that differ only in their seeds (`seed`, `model.ut_seed`) form a row, as
-in ut/experiments/sweep.aggregate; a row's step cap is part of it. A row's
+in `ut.experiments.sweep.tables.aggregate`; a row's step cap is part of it. A row's
 cell at B: mean ± std (ddof=1) over the seeds with a value, the per-seed
-minimum, how many are >= sweep.SUCCESS, and how many seeds have a value.
+minimum, how many are >= tables.SUCCESS, and how many seeds have a value.
 
 Verdicts: a row's mean matches the paper at B when it lies within the
 paper's number or range widened by TOLERANCE points on each side. A row
@@ -35,14 +35,14 @@ from matplotlib import figure
 import numpy as np
 
 from ut.errors import UserError
-from ut.experiments import sweep
+from ut.experiments.sweep import tables
 from ut.io import plots
 from ut.io import reports
 
 BUDGETS = (64_000, 160_000, 640_000, 3_200_000)  # Strings seen.
 CARRY = ("success", "plateau")  # Early stops whose last value carries.
 TOLERANCE = 2.0  # Points beside the paper's number or range that match it.
-SUCCESS = sweep.SUCCESS  # Validation accuracy that counts as a success.
+SUCCESS = tables.SUCCESS  # Validation accuracy that counts as a success.
 VARIANTS = ("attn", "res_ln", "res_ln_mlp")
 KINDS = ("sparse", "random", "trained")
 MARKS = {"success": "†", "plateau": "‡"}
@@ -105,7 +105,7 @@ def read_runs(folder: str) -> list[dict]:
 
 def _cell_key(config):
   """A run's config without its seeds and host settings: runs with equal keys
-  are seeds of one row (as sweep.aggregate groups them)."""
+  are seeds of one row (as tables.aggregate groups them)."""
   c = json.loads(json.dumps(config))
   c.pop("seed", None)
   c.pop("cpu", None)
@@ -183,7 +183,7 @@ def cell(runs: list[dict], budget: float, carry=CARRY) -> dict:
       seeds=len(runs),
       n=len(accs),
       mean=float(accs.mean()) if len(accs) else None,
-      std=sweep.std(accs) if len(accs) else None,
+      std=tables.std(accs) if len(accs) else None,
       min=float(accs.min()) if len(accs) else None,
       successes=int((accs >= SUCCESS).sum()),
       values=values,

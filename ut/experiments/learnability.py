@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 
 from ut.errors import UserError
-from ut.experiments import sweep
+from ut.experiments.sweep import tables
 from ut.io import plots
 from ut.io import reports
 from ut.io import roofline as roofline_lib
@@ -175,7 +175,7 @@ def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
       _read(metrics_path),
       **_read(start_path),
       name=name,
-      train_minutes=sweep.train_minutes(run_dir),
+      train_minutes=tables.train_minutes(run_dir),
   )
 
 
@@ -337,7 +337,7 @@ def _read_if_exists(path):
 def _row(construction, ut_spec, noise, results):
   test = np.array([r["test_accuracy"] for r in results])
   start = np.array([r["start_accuracy"] for r in results])
-  wins = [r for r in results if r["test_accuracy"] >= sweep.SUCCESS]
+  wins = [r for r in results if r["test_accuracy"] >= tables.SUCCESS]
   first = [r["steps_to_99"] for r in wins if r.get("steps_to_99") is not None]
   return dict(
       ut=construction,
@@ -347,12 +347,12 @@ def _row(construction, ut_spec, noise, results):
       seeds=len(results),
       start_mean=float(start.mean()),
       test_mean=float(test.mean()),
-      test_std=sweep.std(test),
+      test_std=tables.std(test),
       successes=len(wins),
       median_steps_to_99=float(np.median(first)) if first else None,
       max_steps=max(r["step"] for r in results),
       # On the CPU; runs trained on an accelerator count apart.
-      **sweep.device_minutes(
+      **tables.device_minutes(
           [(r, r["train_minutes"]) for r in results], "train_minutes"
       ),
       runs=";".join(r["name"] for r in results),

@@ -1,12 +1,12 @@
 """Choosing hyperparameters from a selection sweep's table (validation seeds).
 
-`choose(rows, keys)` groups a sweep's aggregate rows (ut/experiments/sweep.py)
-into cells by `keys` (e.g. kind, variant, data) and picks in each the row
-that does best on the validation set: the most runs ending at >= 99%
-(`successes`), then the fewest training strings to 99% (the median step at
-which the runs first reached it times the row's batch size, where the row
-has one), then the highest mean validation accuracy. The chosen row's
-hyperparameters are the cell's.
+`choose(rows, keys)` groups a sweep's aggregate rows
+(ut/experiments/sweep/tables.py) into cells by `keys` (e.g. kind, variant,
+data) and picks in each the row that does best on the validation set: the most
+runs ending at >= 99% (`successes`), then the fewest training strings to 99%
+(the median step at which the runs first reached it times the row's batch size,
+where the row has one), then the highest mean validation accuracy. The chosen
+row's hyperparameters are the cell's.
 """
 
 import json

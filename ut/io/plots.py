@@ -1,7 +1,8 @@
 """Result tables for the colabs: load, set beside the paper's numbers, plot.
 
-Rows are those of a sweep's table.json (ut/experiments/sweep.py: task, kind, variant, data
-as a JSON string, seeds, accuracy_mean, accuracy_std in [0, 1], runs) or of
+Rows are passed in: those of a sweep's table.json (ut/experiments/sweep/tables.py:
+task, kind, variant, data as a JSON string, seeds, accuracy_mean, accuracy_std
+in [0, 1], runs; `sweep.finished_rows` reads a finished grid's) or of
 compiled_ut.json (ut/training/trained_to_ut.py). Plotting functions return a matplotlib
 Figure made without pyplot (no backend, no global state): a notebook saves it
 with fig.savefig(path) and shows the PNG (IPython.display.Image).
@@ -20,38 +21,7 @@ import re
 from matplotlib import figure
 import numpy as np
 
-from ut.experiments import sweep
 from ut.io import reports
-
-
-def finished_rows(config_path, workdir):
-  """workdir/table.json's rows when it covers every run of the sweep, else None.
-
-  Only the rows of this sweep's runs are returned, so a table made by a larger
-  sweep serves a sub-grid; a cell of which the sub-grid has fewer seeds is
-  aggregated again from those runs' files. Reads only; call sweep.run_sweep
-  when this is None.
-  """
-  path = os.path.join(workdir, "table.json")
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    rows = json.load(f)["rows"]
-  module = sweep.load_config_module(config_path)
-  arg = config_path.split(":", 1)[1] if ":" in config_path else None
-  wanted = {name for name, _ in sweep.collect_runs(module, arg, workdir)}
-  done = {name for r in rows for name in r["runs"].split(";")}
-  if not wanted <= done:
-    return None
-  out = []
-  for row in rows:
-    names = row["runs"].split(";")
-    mine = [n for n in names if n in wanted]
-    if len(mine) == len(names):
-      out.append(row)
-    elif mine:
-      out.extend(sweep.aggregate(workdir, mine))
-  return out
 
 
 def panel_value(row, panel):
