@@ -17,7 +17,6 @@ from configs import common
 from configs import dyck
 from configs import dyck_table
 from configs import tables
-from ut.experiments import selection
 
 get_config = dyck.get_config
 
@@ -46,6 +45,6 @@ def sweep(add, arg=None):
       add(run, **overrides)
 
 
-# selection.{md,json} in the workdir: per row the lr the table uses
-# (ut/experiments/selection.py's rule).
-report = selection.report
+# selection.{md,json} in the workdir: per cell the hyperparameters the
+# table uses (ut/experiments/selection.py's rule), to copy into its config.
+REPORT = "selection"

@@ -22,31 +22,35 @@ from configs import common
 from configs import dyck
 from configs import tables
 
-ROOT = tables.ROOT
-SELECTION = "results/dyck_select/selection.json"
+# The lr configs/dyck_select.py chose per row on mix za (the random UT of
+# width 512 takes width 256's), by (kind, variant).
+LRS = {  # results/dyck_select/selection.md
+    ("sparse", "attn"): 0.01,
+    ("random", "attn"): 0.03,
+    ("trained", "attn"): 0.001,
+    ("trained", "res_ln_mlp"): 0.001,
+}
+SELECT = (
+    "python -m launch.sweep --config=configs/dyck_select.py "
+    "--workdir=results/dyck_select"
+)
 
 
 def get_config(arg=None):
-  """configs/dyck.py's config with the lr that configs/dyck_select.py chose
-  for its row (on mix za; the random UT of width 512 takes width 256's)."""
+  """configs/dyck.py's config with its row's lr in LRS."""
   config = dyck.get_config(arg)
   if "smoke" in common.given(arg):
     return config
-  chosen = tables.chosen(
-      ROOT,
-      SELECTION,
-      "python -m launch.sweep --config=configs/dyck_select.py "
-      "--workdir=results/dyck_select",
-  )
   kind, variant = config.model.kind, config.model.variant
-  for c in chosen:
-    if (c["kind"], c["variant"]) == (kind, variant):
-      config.train.lr = c["lr"]
-      return config
-  raise common.UserError(
-      f"{SELECTION} has no choice for kind={kind}, variant={variant}: "
-      f"rerun configs/dyck_select.py with that row"
-  )
+  if (kind, variant) not in LRS:
+    raise tables.missing(
+        "configs/dyck_table.py's LRS",
+        f"kind={kind}, variant={variant}",
+        SELECT,
+        "results/dyck_select/selection.md",
+    )
+  config.train.lr = LRS[kind, variant]
+  return config
 
 
 # The paper's numbers (DESIGN §7, from the seed summary), in percent, by
@@ -74,7 +78,7 @@ ROWS = (
 )
 
 
-def sweep(add, arg=None, finished=None):
+def sweep(add, arg=None, adapt=None):
   args = tables.parse_grid(
       arg, mixes="za+hard", rows="paper", more_seeds=5, spread=2.0
   )
@@ -97,44 +101,11 @@ def sweep(add, arg=None, finished=None):
           add(run_of_seed(seed), compiled="random")
       # more_seeds where the first seeds disagree by more than spread points
       # (the plain runs only; the compiled rows keep the first seeds).
-      tables.more_seeds(add, finished, names, run_of_seed, args)
+      if adapt is not None:
+        adapt("more_seeds", names, run_of_seed, args)
 
 
-def report(workdir, rows, cost=""):
-  """breakdown.md and breakdown.json: each row's test accuracy (seed mean, %)
-  by length bucket, by subset and on the short balanced strings, beside the
-  counting baseline on the same test set (ut.experiments.dyck_protocol).
-  cost is unused: paper.md carries the table's cost line."""
-  del cost
-  import json  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
+# breakdown.{md,json}: test accuracy by length bucket and subset, beside the
+# counting baseline (ut/experiments/figures.py).
+REPORT = "dyck_breakdown"
 
-  from ut.experiments import dyck_protocol  # pylint: disable=g-import-not-at-top
-  from ut.io import reports  # pylint: disable=g-import-not-at-top
-
-  by_row = {}
-  for r in rows:
-    data = json.loads(r["data"])
-    label = f"{r['kind']} {r['variant']} m={r['width']}"
-    if (data["mix"], label) in by_row:  # The same row at another lr.
-      label += f" lr={r['lr']}"
-    for name in r["runs"].split(";"):
-      with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
-        by_row.setdefault((data["mix"], label), []).append(json.load(f))
-  by_mix = dyck_protocol.table_breakdowns(by_row)
-  if not by_mix:  # No run scored on a test set yet.
-    return
-  reports.write_json(
-      os.path.join(workdir, "breakdown.json"),
-      dict(mixes=by_mix, provenance=reports.provenance()),
-  )
-  text = []
-  for mix, columns in by_mix.items():
-    text.append(
-        f"Test set of mix {mix}: accuracy (%, mean over each row's seeds) "
-        "by part, the counting baseline first\n"
-    )
-    text.append(
-        reports.format_table(dyck_protocol.breakdown_rows(columns)) + "\n"
-    )
-  reports.write_text(os.path.join(workdir, "breakdown.md"), "\n".join(text))

@@ -56,7 +56,6 @@ cost the cells anything at their chosen lr.
 
 from configs import common
 from configs import khop
-from ut.experiments import selection
 
 get_config = khop.get_config
 
@@ -195,6 +194,6 @@ def _batch_sweep(add, models, ks, smoke):
           add(run, **overrides)
 
 
-# selection.{md,json} in the workdir: per cell the lr and embed_scale the
-# table uses (ut/experiments/selection.py's rule).
-report = selection.report
+# selection.{md,json} in the workdir: per cell the hyperparameters the
+# table uses (ut/experiments/selection.py's rule), to copy into its config.
+REPORT = "selection"

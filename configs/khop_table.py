@@ -37,18 +37,10 @@ Paper: attention-only UTs about 30-40% vs about 99% trained; with res_ln the
 sparse UT 100%, the random UT 85.7%-96.1%.
 """
 
-import os
-
 from configs import common
 from configs import khop
 from configs import tables
 
-ROOT = tables.ROOT
-SELECTIONS = {
-    "trained": "results/khop_select/selection.json",
-    "ut": "results/khop_select_uts/selection.json",
-    "batch": "results/khop_select_batch/selection.json",
-}
 ROWS = (
     "model=sparse,variant=attn",
     "model=random,variant=attn",
@@ -77,37 +69,60 @@ PAPER = {
 }
 
 
-# The part argument of configs/khop_select.py that writes each selection.
-SELECTION_PARTS = {"trained": "", "ut": ":part=uts", "batch": ":part=batch"}
+# The hyperparameters the selection sweeps (configs/khop_select.py) chose on
+# validation seeds: (lr, embed_scale, schedule) by (variant, k) for the
+# trained model; by kind for the UTs (res_ln at k = 2, taken by every variant
+# and k of that kind); (batch size, warm-up steps) by (variant, k) for the
+# trained rows of batch=selected.
+TRAINED = {  # results/khop_select/selection.md
+    ("res_ln_mlp", 2): (0.003, 1.0, "constant"),
+    ("attn", 2): (0.001, 1.0, "constant"),
+    ("res_ln_mlp", 3): (0.003, 1.0, "constant"),
+    ("attn", 3): (0.001, 1.0, "cosine"),
+    ("res_ln_mlp", 4): (0.001, 1.0, "constant"),
+    ("attn", 4): (0.001, 1.0, "cosine"),
+}
+UTS = {  # results/khop_select_uts/selection.md
+    "sparse": (0.01, 0.1, "constant"),
+    "random": (0.01, 0.1, "constant"),
+}
+BATCHES = {  # results/khop_select_batch/selection.md
+    ("res_ln_mlp", 2): (16, 100),
+    ("attn", 2): (32, 1000),
+    ("res_ln_mlp", 3): (16, 100),
+    ("attn", 3): (32, 100),
+}
+# Each literal's name, the selection sweep that chooses it and its table.
+SELECTIONS = {
+    "TRAINED": ("", "results/khop_select"),
+    "UTS": (":part=uts", "results/khop_select_uts"),
+    "BATCHES": (":part=batch", "results/khop_select_batch"),
+}
 
 
-def _choice(which, kind, variant, k):
-  """The entry of selection `which` for (kind, variant, k); a UserError
-  naming the sweep to run where the file or the entry is missing."""
-  chosen = tables.chosen(
-      ROOT,
-      SELECTIONS[which],
-      f"python -m launch.sweep --config=configs/khop_select.py"
-      f"{SELECTION_PARTS[which]} "
-      f"--workdir={os.path.dirname(SELECTIONS[which])}",
-  )
-  for c in chosen:
-    if (c["kind"], c["variant"], c["data"]["k"]) == (kind, variant, k):
-      return c
-  raise common.UserError(
-      f"{SELECTIONS[which]} has no choice for kind={kind}, "
-      f"variant={variant}, k={k}: rerun its selection sweep with that cell"
-  )
+def _choice(literal, key, what):
+  """globals()[literal][key]; a UserError naming the literal and the sweep
+  that chooses it where the entry is missing."""
+  table = globals()[literal]
+  if key not in table:
+    part, workdir = SELECTIONS[literal]
+    raise tables.missing(
+        f"configs/khop_table.py's {literal}",
+        what,
+        f"python -m launch.sweep --config=configs/khop_select.py{part} "
+        f"--workdir={workdir}",
+        f"{workdir}/selection.md",
+    )
+  return table[key]
 
 
 def selected(kind, variant, k):
   """(lr, embed_scale, schedule) the selection sweeps chose for this cell."""
   if kind == "trained":
-    c = _choice("trained", kind, variant, k)
-  else:
-    c = _choice("ut", kind, "res_ln", 2)
-  # Selections made before the schedule was a choice ran "constant".
-  return c["lr"], c["embed_scale"], c.get("schedule", "constant")
+    return _choice(
+        "TRAINED", (variant, k), f"kind={kind}, variant={variant}, k={k}"
+    )
+  return _choice("UTS", kind, f"kind={kind}, variant=res_ln, k=2")
 
 
 def _at_selected_batch(rows, k):
@@ -120,12 +135,15 @@ def _at_selected_batch(rows, k):
     fields = dict(item.split("=") for item in row.split(","))
     if fields["model"] != "trained":
       continue
-    c = _choice("batch", "trained", fields["variant"], k)
+    variant = fields["variant"]
+    batch, warmup = _choice(
+        "BATCHES", (variant, k), f"kind=trained, variant={variant}, k={k}"
+    )
     extra = ""
-    if c["batch_size"] != khop.BATCH:
-      extra += f",batch={c['batch_size']}"
-    if c["warmup_steps"] != khop.WARMUP:
-      extra += f",warmup={c['warmup_steps']}"
+    if batch != khop.BATCH:
+      extra += f",batch={batch}"
+    if warmup != khop.WARMUP:
+      extra += f",warmup={warmup}"
     if extra:
       out.append(row + extra)
   return out
@@ -144,7 +162,7 @@ def get_config(arg=None):
   return config
 
 
-def sweep(add, arg=None, finished=None):
+def sweep(add, arg=None, adapt=None):
   args = tables.parse_grid(
       arg,
       ks="2+3",
@@ -186,4 +204,5 @@ def sweep(add, arg=None, finished=None):
           if str(k) in args["random_compiled_ks"].split("+"):
             add(run, compiled="random")
       # A cell whose runs end at the cap still rising trains again, longer.
-      tables.longer_runs(add, finished, names, run_of_seed, args)
+      if adapt is not None:
+        adapt("longer_runs", names, run_of_seed, args)

@@ -14,11 +14,6 @@ machines.json: per cell, the mean, the std of the per-draw means (between
 machines) and the mean of the within-draw stds (between programs).
 """
 
-import json
-import os
-
-import numpy as np
-
 from configs import common
 from configs import dyck_table
 from configs import khop_table
@@ -57,57 +52,7 @@ def sweep(add, arg=None):
         )
 
 
-def spread(results):
-  """{mean, between_machines, between_programs, per_machine} of runs'
-  metrics dicts (each with config.model.ut_seed and eval_accuracy)."""
-  by_draw = {}
-  for r in results:
-    by_draw.setdefault(r["config"]["model"]["ut_seed"], []).append(
-        r["eval_accuracy"]
-    )
-  means = [np.mean(v) for v in by_draw.values()]
-  within = [np.std(v, ddof=1) for v in by_draw.values() if len(v) > 1]
-  return dict(
-      mean=float(np.mean([a for v in by_draw.values() for a in v])),
-      between_machines=float(np.std(means, ddof=1)) if len(means) > 1 else None,
-      between_programs=float(np.mean(within)) if within else None,
-      per_machine={str(k): v for k, v in sorted(by_draw.items())},
-  )
 
-
-def report(workdir, rows, cost=""):
-  """machines.json and machines.md from the finished runs of each row; cost:
-  a line under the table (`ut.experiments.sweep.cost_note`)."""
-  from ut.io import reports  # pylint: disable=g-import-not-at-top
-
-  out = []
-  for row in rows:
-    results = []
-    for name in row["runs"].split(";"):
-      with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
-        results.append(json.load(f))
-    out.append(
-        dict(task=row["task"], variant=row["variant"], **spread(results))
-    )
-  reports.write_json(
-      os.path.join(workdir, "machines.json"),
-      dict(cells=out, provenance=reports.provenance()),
-  )
-  pct = lambda v: "" if v is None else f"{100 * v:.2f}"
-  table = reports.format_table(
-      [
-          {
-              "task": c["task"],
-              "variant": c["variant"],
-              "mean (%)": pct(c["mean"]),
-              "std between machines": pct(c["between_machines"]),
-              "std between programs": pct(c["between_programs"]),
-              "runs (per draw)": " | ".join(
-                  ", ".join(f"{100 * a:.1f}" for a in v)
-                  for v in c["per_machine"].values()
-              ),
-          }
-          for c in out
-      ]
-  )
-  reports.write_markdown(os.path.join(workdir, "machines.md"), table, cost)
+# machines.{json,md}: per cell the mean, the spread between machines and
+# between programs (ut/experiments/figures.py: spread).
+REPORT = "machines"

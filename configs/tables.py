@@ -6,15 +6,11 @@ two compiled-UT runs (sparse and random, `compiled=false` drops them): the
 trained model compiled into a fixed UT and evaluated with no gradient step.
 A run's seed sets E's and U's initialisation, its data, and the frozen
 weights (model.ut_seed = the seed): each random-UT seed is a new machine.
+Adaptive rules (more seeds, longer runs) are named as data, e.g.
+`adapt("more_seeds", ...)`, and live in ut/experiments/sweep/rules.py.
 """
 
-import json
-import math
-import os
-
 from configs import common
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 KINDS = "sparse+random+trained"
 VARIANTS = "attn+res_ln+res_ln_mlp"
@@ -38,54 +34,6 @@ def parse_grid(arg, **extra):
   if args["seeds"] < 1:
     raise common.UserError(f"seeds={args['seeds']}; use 1 or more")
   return args
-
-
-def more_seeds(add, finished, names, run_of_seed, args):
-  """add() seeds args["seeds"] .. args["more_seeds"] - 1 of a cell (run_of_seed
-  (seed) -> its run) once its first runs (`names`) are recorded and their
-  validation accuracies spread by more than args["spread"] points. finished:
-  the sweep's `finished(name)` (None: plan the first seeds only)."""
-  if finished is None or args["more_seeds"] <= args["seeds"]:
-    return
-  recorded = [finished(n) for n in names]
-  if any(m is None or m.get("eval_accuracy") is None for m in recorded):
-    return
-  accuracies = [100 * m["eval_accuracy"] for m in recorded]
-  # A diverged seed (NaN) counts as a disagreement.
-  if any(math.isnan(a) for a in accuracies) or (
-      max(accuracies) - min(accuracies) > args["spread"]
-  ):
-    for seed in range(args["seeds"], args["more_seeds"]):
-      add(run_of_seed(seed))
-
-
-def still_rising(metrics, rise):
-  """Whether a recorded run ended at its step cap with its validation curve
-  still rising: more than `rise` points gained over the last fifth of the
-  cap (DESIGN §8: a curve must flatten before the last step)."""
-  cap = metrics["config"]["train"]["steps"]
-  curve = metrics.get("curve") or []
-  if metrics.get("stopped_early") or metrics.get("step", 0) < cap or not curve:
-    return False
-  before = [a for s, a in curve if s <= 0.8 * cap]
-  return bool(before) and 100 * (curve[-1][1] - max(before)) > rise
-
-
-def longer_runs(add, finished, names, run_of_seed, args):
-  """add() every seed of a cell again at args["longer"] times its step cap
-  once its first runs (`names`) are recorded and one of them ended at the cap
-  still rising by more than args["rise"] points (`still_rising`). The longer
-  runs are a row of their own (their cap differs) beside the capped one.
-  finished: the sweep's `finished(name)` (None: plan the first runs only)."""
-  if finished is None or args["longer"] <= 1:
-    return
-  recorded = [finished(n) for n in names]
-  if any(m is None or "config" not in m for m in recorded):
-    return
-  if any(still_rising(m, args["rise"]) for m in recorded):
-    cap = recorded[0]["config"]["train"]["steps"]
-    for seed in range(len(names)):
-      add(run_of_seed(seed), **{"train.steps": cap * args["longer"]})
 
 
 def add_grid(add, args, axis, values, random_compiled_values=None):
@@ -131,12 +79,11 @@ def paper_rows(rows, args):
   ]
 
 
-def chosen(root, path, command):
-  """The `chosen` list of a selection sweep's selection.json (root/path);
-  a UserError naming `command`, the sweep that writes it, when it is
-  missing."""
-  full = os.path.join(root, path)
-  if not os.path.exists(full):
-    raise common.UserError(f"{path} is missing: run {command} first")
-  with open(full) as f:
-    return json.load(f)["chosen"]
+def missing(literal, what, command, table):
+  """The UserError for a cell whose choice is not written in the config:
+  `literal` (e.g. "configs/dyck_table.py's LRS") has none for `what`;
+  `command` is the selection sweep that chooses it, `table` its result."""
+  return common.UserError(
+      f"{literal} has no choice for {what}: choose it with `{command}` "
+      f"and write it there from {table}"
+  )

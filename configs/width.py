@@ -29,10 +29,7 @@ is the table's keeps its name, the others' names add train.lr:
 left as they are, and the report covers the finished runs it plans.
 """
 
-import glob
-import json
 import math
-import os
 
 from configs import common
 from configs import dyck_table
@@ -40,8 +37,15 @@ from configs import khop_table
 from configs import tables
 from ut.core import bounds
 
-ROOT = tables.ROOT
-SELECTION = "results/width_select/selection.json"
+# The lr configs/width_select.py chose for the Dyck cell, by width m (for
+# lrs=selected).
+DYCK_LRS = {  # results/width_select/selection.md
+    64: 0.01,
+    128: 0.01,
+    256: 0.01,
+    512: 0.003,
+    1024: 0.01,
+}
 
 # Each cell is its table's config (the table's protocol and the hyperparameters
 # its selection sweep chose on validation seeds).
@@ -77,17 +81,6 @@ def get_config(arg=None):
   return _MODULES[path].get_config(",".join(filter(None, [base, rest])))
 
 
-def dyck_lrs():
-  """{m: lr} that configs/width_select.py chose for the Dyck cell."""
-  chosen = tables.chosen(
-      ROOT,
-      SELECTION,
-      "python -m launch.sweep --config=configs/width_select.py "
-      "--workdir=results/width_select",
-  )
-  return {c["width"]: c["lr"] for c in chosen}
-
-
 def sweep(add, arg=None):
   args = common.parse_arg(
       arg,
@@ -115,7 +108,6 @@ def sweep(add, arg=None):
     if cell not in CELLS:
       raise common.UserError(f"cells={cell!r}; use some of {'+'.join(CELLS)}")
   selected = args["lrs"] == "selected" and not args["smoke"]
-  lrs = dyck_lrs() if selected and "dyck" in cells else {}
   runs = []
   for cell in cells:
     n = threshold(cell)
@@ -127,95 +119,21 @@ def sweep(add, arg=None):
         run = f"cell={cell},seed={seed}"
         overrides = {"model.m": m}
         if cell == "dyck" and selected:
-          if m not in lrs:
+          if m not in DYCK_LRS:
             raise common.UserError(
-                f"{SELECTION} has no lr for m={m}: rerun "
-                "configs/width_select.py"
+                f"configs/width.py's DYCK_LRS has no lr for m={m}: choose it "
+                "with `python -m launch.sweep --config=configs/width_select.py"
+                " --workdir=results/width_select` and write it there from "
+                "results/width_select/selection.md"
             )
-          if lrs[m] != get_config(run).train.lr:
-            overrides["train.lr"] = lrs[m]
+          if DYCK_LRS[m] != get_config(run).train.lr:
+            overrides["train.lr"] = DYCK_LRS[m]
         runs.append((m, run, overrides))
   for m, run, overrides in sorted(runs, key=lambda r: r[0]):
     add(run + (",smoke" if args["smoke"] else ""), **overrides)
 
 
-def _reuse_note(workdir):
-  """A line naming the runs copied from another sweep's run of the identical
-  config (their metrics.json's `reused_from`), or ""."""
-  sources = []
-  for path in sorted(
-      glob.glob(os.path.join(workdir, "runs", "*", "metrics.json"))
-  ):
-    with open(path) as f:
-      source = json.load(f).get("reused_from")
-    if source:
-      sources.append(os.path.dirname(source))
-  if not sources:
-    return ""
-  return (
-      f"{len(sources)} runs are copies of runs of the identical config in "
-      f"{', '.join(sorted(set(sources)))} (their metrics.json's reused_from):"
-      " the sweep checks the config of every recorded run and trains none"
-      " of them again."
-  )
 
-
-def report(workdir, rows, cost=""):
-  """width.{json,md,png}: accuracy and successes against m / N. The accuracy
-  is on the test set where the runs have one (validation otherwise); a seed
-  succeeds at >= 99% on validation, as in the tables. cost: a line under the
-  table (`ut.experiments.sweep.cost_note`); last, the planned runs not yet
-  finished, with their latest evaluation (`ut.experiments.sweep.unfinished_note`).
-  """
-  from ut.experiments import sweep  # pylint: disable=g-import-not-at-top
-  from ut.io import plots  # pylint: disable=g-import-not-at-top
-  from ut.io import reports  # pylint: disable=g-import-not-at-top
-
-  points = []
-  for r in rows:
-    data = json.loads(r["data"])
-    cell = "dyck" if "mix" in data else f"khop{data['k']}"
-    n = threshold(cell)
-    mean, std, held_out = plots.held_out_accuracy(r)
-    points.append(
-        dict(
-            cell=cell,
-            m=r["width"],
-            N=n,
-            ratio=r["width"] / n,
-            lr=r["lr"],
-            held_out=held_out,
-            accuracy_mean=mean,
-            accuracy_std=std,
-            successes=r["successes"],
-            seeds=r["seeds"],
-        )
-    )
-  points.sort(key=lambda p: (p["cell"], p["ratio"]))
-  reports.write_json(
-      os.path.join(workdir, "width.json"),
-      dict(points=points, provenance=reports.provenance()),
-  )
-  table = [
-      {
-          "cell": p["cell"],
-          "m": p["m"],
-          "N": p["N"],
-          "m / N": f"{p['ratio']:.3g}",
-          "lr": p["lr"],
-          "held out": p["held_out"],
-          "accuracy (%)": reports.mean_std(
-              p["accuracy_mean"], p["accuracy_std"]
-          ),
-          "≥99% (validation)": f"{p['successes']}/{p['seeds']}",
-      }
-      for p in points
-  ]
-  reports.write_markdown(
-      os.path.join(workdir, "width.md"),
-      reports.format_table(table),
-      cost,
-      _reuse_note(workdir),
-      sweep.unfinished_note(workdir),
-  )
-  plots.against_width(points).savefig(os.path.join(workdir, "width.png"))
+# width.{json,md,png}: accuracy and successes against m / N, m = N marked
+# (ut/experiments/figures.py; N from `threshold`).
+REPORT = "width"

@@ -22,7 +22,6 @@ accuracy at the end (ut/experiments/selection.py's rule), and
 from configs import common
 from configs import dyck_select
 from configs import width
-from ut.experiments import selection
 
 get_config = width.get_config
 
@@ -46,4 +45,6 @@ def sweep(add, arg=None):
       )
 
 
-report = selection.report
+# selection.{md,json} in the workdir: per cell the hyperparameters the
+# table uses (ut/experiments/selection.py's rule), to copy into its config.
+REPORT = "selection"

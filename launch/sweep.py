@@ -2,7 +2,8 @@ r"""Sweep entry point: python -m launch.sweep --config=configs/<table>.py --work
 
 Runs the config file's sweep(add) grid, batching runs that share shapes over
 all devices, skipping runs already finished in W, and writes W/table.{csv,json,md}
-and, when the config file has the paper's numbers (PAPER, PANEL), W/paper.md.
+and, when the config file has the paper's numbers (PAPER, PANEL), W/paper.md;
+a config naming a report (REPORT, ut/experiments/figures.py) gets it too.
 Compiled steps are cached in W/jax_cache (JAX's persistent compilation cache):
 runs that differ only in their seed, and a restarted sweep, load the step
 instead of compiling it again. A vmapped group checkpoints in W/groups/<hash>
@@ -36,6 +37,7 @@ import jax
 from launch import cli
 from ut.cpu import workers
 from ut.errors import UserError
+from ut.experiments import figures
 from ut.experiments import sweep
 from ut.io import plots
 from ut.io import reports
@@ -157,7 +159,7 @@ def main(argv):
     return
   print(sweep.markdown_table(rows))
   module = sweep.load_config_module(_CONFIG.value)
-  if hasattr(module, "PAPER") or hasattr(module, "report"):
+  if hasattr(module, "PAPER") or hasattr(module, "REPORT"):
     gflops = roofline.rate(roofline.make())[0] / 1e9
   if hasattr(module, "PAPER"):
     reports.write_markdown(
@@ -171,8 +173,10 @@ def main(argv):
     plots.curves(runs, title=_CONFIG.value).savefig(
         os.path.join(_WORKDIR.value, "curves.png"), dpi=120
     )
-  if hasattr(module, "report"):  # The config's own figures (configs/width.py).
-    module.report(_WORKDIR.value, rows, cost=sweep.cost_note(rows, gflops))
+  if hasattr(module, "REPORT"):  # The report the config names (figures.REPORTS).
+    figures.write(
+        module, _WORKDIR.value, rows, cost=sweep.cost_note(rows, gflops)
+    )
   print(f"wrote {_WORKDIR.value}/table.csv, .json and .md")
 
 

@@ -1,17 +1,15 @@
 """The sweeps beyond the paper's tables: widths, machines, selection."""
 
 import json
-import math
 import os
 import re
 from unittest import mock
 
 from absl.testing import absltest
-import numpy as np
 
+from configs import dyck_table
 from configs import khop_select
 from configs import khop_table
-from configs import machines
 from configs import width
 from configs import width_select
 from ut.errors import UserError
@@ -24,21 +22,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _module(name):
   return sweep.load_config_module(os.path.join(ROOT, "configs", name))
-
-
-def _finished_row(k, m):
-  """An aggregate row of 3 k-hop runs at 99% (what `width.report` reads)."""
-  return dict(
-      data=json.dumps(dict(k=k, length=32, alphabet=4)),
-      width=m,
-      lr=0.01,
-      accuracy_mean=0.995,
-      accuracy_std=0.0,
-      test_mean=0.99,
-      test_std=0.0,
-      successes=3,
-      seeds=3,
-  )
 
 
 class WidthTest(absltest.TestCase):
@@ -64,139 +47,41 @@ class WidthTest(absltest.TestCase):
       sweep.collect_runs(_module("width.py"), "cells=nope")
 
   def test_dyck_runs_take_the_lr_chosen_at_their_width(self):
-    root = self.create_tempdir().full_path
     module = _module("width.py")
-    with mock.patch.object(module, "ROOT", root):
-      # The default takes the table's lr, and needs no width selection.
+    # The default takes the table's lr, and needs no width selection.
+    with mock.patch.dict(module.DYCK_LRS, clear=True):
       table = sweep.collect_runs(module, "cells=dyck")
       self.assertTrue(all("train.lr" not in name for name, _ in table))
-      with self.assertRaisesRegex(UserError, "width_select/selection.json"):
+      with self.assertRaisesRegex(UserError, "width_select/selection.md"):
         sweep.collect_runs(module, "cells=dyck,lrs=selected")
-      table_lr = module.get_config("cell=dyck").train.lr
-      ms = [round(r * width.threshold("dyck")) for r in width.RATIOS]
-      lrs = {m: table_lr if m < 256 else table_lr / 3 for m in ms}
-      path = os.path.join(root, module.SELECTION)
-      os.makedirs(os.path.dirname(path))
-      with open(path, "w") as f:
-        json.dump(dict(chosen=[dict(width=m, lr=lrs[m]) for m in ms]), f)
+    table_lr = module.get_config("cell=dyck").train.lr
+    ms = [round(r * width.threshold("dyck")) for r in width.RATIOS]
+    lrs = {m: table_lr if m < 256 else table_lr / 3 for m in ms}
+    with mock.patch.dict(module.DYCK_LRS, lrs, clear=True):
       runs = sweep.collect_runs(module, "cells=dyck,lrs=selected")
-      self.assertLen(runs, 3 * len(ms))
-      for name, c in runs:
-        self.assertEqual(c.train.lr, lrs[c.model.m])
-        # A run at the table's lr keeps its name (and so its record).
-        self.assertEqual("train.lr" in name, c.model.m >= 256, name)
-      with open(path, "w") as f:
-        json.dump(dict(chosen=[dict(width=64, lr=table_lr)]), f)
-      with self.assertRaisesRegex(UserError, "no lr for m=128"):
+    self.assertLen(runs, 3 * len(ms))
+    for name, c in runs:
+      self.assertEqual(c.train.lr, lrs[c.model.m])
+      # A run at the table's lr keeps its name (and so its record).
+      self.assertEqual("train.lr" in name, c.model.m >= 256, name)
+    with mock.patch.dict(module.DYCK_LRS, {64: table_lr}, clear=True):
+      with self.assertRaisesRegex(UserError, "DYCK_LRS has no lr for m=128"):
         sweep.collect_runs(module, "cells=dyck,lrs=selected")
       # The k-hop cells need no Dyck selection.
       self.assertNotEmpty(
           sweep.collect_runs(module, "cells=khop1,lrs=selected")
       )
-      with self.assertRaisesRegex(UserError, "lrs='best'"):
-        sweep.collect_runs(module, "lrs=best")
-      with open(path, "w") as f:
-        json.dump(dict(chosen=[dict(width=m, lr=lrs[m]) for m in ms]), f)
+    with self.assertRaisesRegex(UserError, "lrs='best'"):
+      sweep.collect_runs(module, "lrs=best")
+    with mock.patch.dict(module.DYCK_LRS, lrs, clear=True):
       some = sweep.collect_runs(module, "cells=dyck,lrs=selected,ratios=1+2")
-      self.assertEqual(sorted({c.model.m for _, c in some}), [512, 1024])
-      self.assertEqual(
-          [c.train.lr for _, c in some], [lrs[512]] * 3 + [lrs[1024]] * 3
-      )
-      for bad in ("3", "x", "1+"):
-        with self.assertRaisesRegex(UserError, f"ratios='{re.escape(bad)}'"):
-          sweep.collect_runs(module, f"ratios={bad}")
-
-  def test_report_writes_points_and_figure(self):
-    workdir = self.create_tempdir().full_path
-    rows = [
-        dict(
-            data=json.dumps(dict(k=1, length=32, alphabet=4)),
-            width=w,
-            lr=0.01,
-            accuracy_mean=a,
-            accuracy_std=0.01,
-            test_mean=t,
-            test_std=0.02,
-            successes=s,
-            seeds=3,
-        )
-        # sweep.aggregate gives NaN where the runs have no test accuracy.
-        for w, a, t, s in ((100, 0.5, math.nan, 0), (800, 0.995, 0.991, 3))
-    ]
-    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
-    with open(os.path.join(workdir, "width.json")) as f:
-      points = json.load(f)["points"]
-    self.assertEqual([p["ratio"] for p in points], [100 / 800, 1.0])
-    self.assertEqual([p["cell"] for p in points], ["khop1", "khop1"])
-    # The test accuracy where the runs have one.
-    self.assertEqual([p["accuracy_mean"] for p in points], [0.5, 0.991])
-    self.assertEqual([p["held_out"] for p in points], ["validation", "test"])
-    with open(os.path.join(workdir, "width.md")) as f:
-      lines = f.read().splitlines()
-    cells = [c.strip() for c in lines[3].strip("|").split("|")]
+    self.assertEqual(sorted({c.model.m for _, c in some}), [512, 1024])
     self.assertEqual(
-        cells,
-        ["khop1", "800", "800", "1", "0.01", "test", "99.10 ± 2.00", "3/3"],
+        [c.train.lr for _, c in some], [lrs[512]] * 3 + [lrs[1024]] * 3
     )
-    self.assertEqual(lines[-1], "Training: 1.0 core-hours.")
-    self.assertGreater(os.path.getsize(os.path.join(workdir, "width.png")), 0)
-
-  def test_report_names_runs_copied_from_another_sweep(self):
-    workdir = self.create_tempdir().full_path
-    for name, extra in (
-        ("a", dict(reused_from="results/dyck_v2/runs/x")),
-        ("b", dict(reused_from="results/dyck_v2/runs/y")),
-        ("c", {}),
-    ):
-      os.makedirs(os.path.join(workdir, "runs", name))
-      with open(os.path.join(workdir, "runs", name, "metrics.json"), "w") as f:
-        json.dump(dict(name=name, **extra), f)
-    rows = [_finished_row(k=1, m=800)]
-    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
-    with open(os.path.join(workdir, "width.md")) as f:
-      last = f.read().splitlines()[-1]
-    self.assertStartsWith(last, "2 runs are copies")
-    self.assertIn(" in results/dyck_v2/runs (", last)
-    os.remove(os.path.join(workdir, "runs", "a", "metrics.json"))
-    os.remove(os.path.join(workdir, "runs", "b", "metrics.json"))
-    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
-    with open(os.path.join(workdir, "width.md")) as f:
-      self.assertEqual(f.read().splitlines()[-1], "Training: 1.0 core-hours.")
-
-  def test_report_lists_unfinished_runs_with_their_latest_evaluation(self):
-    workdir = self.create_tempdir().full_path
-    rows = [_finished_row(k=2, m=2528)]
-    started = os.path.join(workdir, "runs", "s0")
-    os.makedirs(started)
-    with open(os.path.join(started, "eval_metrics.csv"), "w") as f:
-      f.write("step,accuracy,loss\n500,0.25,1.5\n1000,0.640625,0.75\n")
-    with open(os.path.join(started, "config.json"), "w") as f:
-      json.dump(dict(train=dict(steps=20000)), f)
-    os.makedirs(os.path.join(workdir, "runs", "s1"))  # No evaluation yet.
-    with open(os.path.join(workdir, "table.json"), "w") as f:
-      json.dump(dict(rows=[], missing_runs=["s0", "s1", "s2"]), f)
-    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
-    with open(os.path.join(workdir, "width.md")) as f:
-      last = f.read().splitlines()[-1]
-    self.assertStartsWith(last, "Not finished, so not in the table (3 runs;")
-    self.assertIn(
-        "s0: step 1000 of 20000, 64.06% on validation; s1: not started; "
-        "s2: not started.",
-        last,
-    )
-    with open(os.path.join(workdir, "table.json"), "w") as f:
-      json.dump(dict(rows=[], missing_runs=["s0"]), f)
-    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
-    with open(os.path.join(workdir, "width.md")) as f:
-      last = f.read().splitlines()[-1]
-    self.assertStartsWith(
-        last, "Not finished, so not in the table (1 run; its latest"
-    )
-    with open(os.path.join(workdir, "table.json"), "w") as f:
-      json.dump(dict(rows=[], missing_runs=[]), f)
-    width.report(workdir, rows, cost="Training: 1.0 core-hours.")
-    with open(os.path.join(workdir, "width.md")) as f:
-      self.assertEqual(f.read().splitlines()[-1], "Training: 1.0 core-hours.")
+    for bad in ("3", "x", "1+"):
+      with self.assertRaisesRegex(UserError, f"ratios='{re.escape(bad)}'"):
+        sweep.collect_runs(module, f"ratios={bad}")
 
 
 class MachinesTest(absltest.TestCase):
@@ -211,20 +96,6 @@ class MachinesTest(absltest.TestCase):
     )
     # One cell per task: the draws and programs are its seeds.
     self.assertLen({sweep.group_key(c) for _, c in runs}, 2)
-
-  def test_spread(self):
-    results = [
-        dict(config=dict(model=dict(ut_seed=u)), eval_accuracy=a)
-        for u, a in ((0, 0.9), (0, 0.8), (1, 0.5), (1, 0.7))
-    ]
-    got = machines.spread(results)
-    self.assertAlmostEqual(got["mean"], 0.725)
-    self.assertAlmostEqual(
-        got["between_machines"], abs(0.85 - 0.6) / np.sqrt(2)
-    )
-    self.assertAlmostEqual(
-        got["between_programs"], (0.1 / np.sqrt(2) + 0.2 / np.sqrt(2)) / 2
-    )
 
 
 class SelectionTest(absltest.TestCase):
@@ -342,6 +213,58 @@ class SelectionTest(absltest.TestCase):
     for _, c in runs:
       if c.train.schedule == "cosine":
         self.assertIn((c.model.variant, c.data.k, c.train.lr, c.seed), constant)
+
+
+def _chosen(folder):
+  """results/<folder>/selection.json's choices, or None where it is absent."""
+  path = os.path.join(ROOT, "results", folder, "selection.json")
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)["chosen"]
+
+
+class LiteralsTest(absltest.TestCase):
+  """The configs' chosen hyperparameters are their selection sweeps' choices
+  (written as literals), where the selection is recorded."""
+
+  def _expect(self, folder, literal, of_choice, keep=lambda c: True):
+    chosen = _chosen(folder)
+    if chosen is None:  # Not recorded in this checkout: nothing to compare.
+      return
+    self.assertEqual(
+        literal, dict(of_choice(c) for c in chosen if keep(c)), folder
+    )
+
+  def test_each_literal_is_its_selection(self):
+    lr_scale_schedule = lambda c: (
+        c["lr"], c["embed_scale"], c.get("schedule", "constant")
+    )
+    self._expect(
+        "khop_select",
+        khop_table.TRAINED,
+        lambda c: ((c["variant"], c["data"]["k"]), lr_scale_schedule(c)),
+    )
+    self._expect(
+        "khop_select_uts",
+        khop_table.UTS,
+        lambda c: (c["kind"], lr_scale_schedule(c)),
+    )
+    self._expect(
+        "khop_select_batch",
+        khop_table.BATCHES,
+        lambda c: (
+            (c["variant"], c["data"]["k"]),
+            (c["batch_size"], c["warmup_steps"]),
+        ),
+        keep=lambda c: c["kind"] == "trained",
+    )
+    self._expect(
+        "dyck_select",
+        dyck_table.LRS,
+        lambda c: ((c["kind"], c["variant"]), c["lr"]),
+    )
+    self._expect("width_select", width.DYCK_LRS, lambda c: (c["width"], c["lr"]))
 
 
 class ChooseTest(absltest.TestCase):

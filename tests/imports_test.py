@@ -1,6 +1,7 @@
 """Dependencies run one way: ut/core never imports ut/cpu, ut/cpu never imports
 ut/training, ut/io never imports ut/experiments, and none dodges a cycle with
-a function-level import."""
+a function-level import. Configs are data: they import nothing from ut/io or
+ut/experiments and open no file."""
 
 import ast
 import os
@@ -25,6 +26,25 @@ def imports(path):
     else:
       continue
     out.extend((name, id(node) in top) for name in names)
+  return out
+
+
+def file_reads(path):
+  """The calls in a file that read files: open(), *.load/loads, glob."""
+  with open(path) as f:
+    tree = ast.parse(f.read(), path)
+  out = []
+  for node in ast.walk(tree):
+    if not isinstance(node, ast.Call):
+      continue
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "open":
+      out.append("open")
+    elif isinstance(func, ast.Attribute) and (
+        func.attr in ("load", "loads", "open", "glob", "exists", "isfile")
+    ):
+      owner = func.value.id if isinstance(func.value, ast.Name) else "?"
+      out.append(f"{owner}.{func.attr}")
   return out
 
 
@@ -60,6 +80,29 @@ class ImportsTest(parameterized.TestCase):
       for name, at_top in imports(os.path.join(ROOT, path)):
         if name.startswith("ut."):
           self.assertTrue(at_top, f"{path} imports {name} inside a function")
+
+  def test_configs_import_no_library_io_and_open_no_file(self):
+    files = sorted(
+        os.path.join("configs", n)
+        for n in os.listdir(os.path.join(ROOT, "configs"))
+        if n.endswith(".py")
+    )
+    self.assertNotEmpty(files)
+    forbidden = ("ut.io", "ut.experiments", "json", "glob")
+    for path in files:
+      for name, _ in imports(os.path.join(ROOT, path)):
+        for bad in forbidden:
+          self.assertFalse(
+              name == bad or name.startswith(bad + "."),
+              f"{path} imports {name}",
+          )
+      self.assertEqual(file_reads(os.path.join(ROOT, path)), [], path)
+
+  def test_file_read_checker_sees_reads(self):
+    # Not vacuous: ut/experiments/selection.py opens and loads metrics.json.
+    found = file_reads(os.path.join(ROOT, "ut", "experiments", "selection.py"))
+    self.assertIn("open", found)
+    self.assertIn("json.load", found)
 
   def test_checker_sees_imports(self):
     # Not vacuous: the training models import the CPU forward at module level.

@@ -30,6 +30,7 @@ from tests import sweep_config
 from ut.cpu import workers
 from ut.errors import UserError
 from ut.experiments import sweep
+from ut.experiments.sweep import rules
 from ut.experiments.sweep import runs as sweep_runs
 from ut.io import reports
 from ut.training import data as data_lib
@@ -38,16 +39,6 @@ from ut.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "tests", "sweep_config.py")
-
-
-def _write_selections(root, module, choices):
-  """{which: chosen list} as the selection.json files a table config reads
-  (module.SELECTIONS[which], under root)."""
-  for which, chosen in choices.items():
-    path = os.path.join(root, module.SELECTIONS[which])
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-      json.dump(dict(chosen=chosen), f)
 
 
 def run_sweep_cli(workdir, devices, arg=None, *flags):
@@ -695,14 +686,16 @@ class SweepTest(absltest.TestCase):
 
     def plan(accuracy_of):
       added = []
+      add = lambda arg="", **kw: added.append(arg) or arg
+      finished = lambda name: (
+          None
+          if accuracy_of(name) is None
+          else {"eval_accuracy": accuracy_of(name)}
+      )
       module.sweep(
-          lambda arg="", **kw: added.append(arg) or arg,
+          add,
           "smoke,mixes=za,compiled=false",
-          finished=lambda name: (
-              None
-              if accuracy_of(name) is None
-              else {"eval_accuracy": accuracy_of(name)}
-          ),
+          adapt=rules.adapter(add, finished),
       )
       return added
 
@@ -756,10 +749,11 @@ class SweepTest(absltest.TestCase):
 
     def plan(curve_of):
       added = []
+      add = lambda arg="", **kw: added.append((arg, kw)) or arg
       module.sweep(
-          lambda arg="", **kw: added.append((arg, kw)) or arg,
+          add,
           "smoke,ks=2,kinds=sparse+random,variants=attn,compiled=false",
-          finished=recorded(curve_of),
+          adapt=rules.adapter(add, recorded(curve_of)),
       )
       return added
 
@@ -844,34 +838,30 @@ class SweepTest(absltest.TestCase):
     module = sweep.load_config_module(
         os.path.join(ROOT, "configs", "dyck_table.py")
     )
-    root = self.create_tempdir().full_path
-    with mock.patch.object(module, "ROOT", root):
+    with mock.patch.dict(module.LRS, clear=True):
       with self.assertRaisesRegex(
-          UserError, r"dyck_select/selection.json is missing"
+          UserError,
+          r"LRS has no choice for kind=sparse, variant=attn: choose it with "
+          r"`python -m launch.sweep --config=configs/dyck_select.py .*"
+          r"dyck_select/selection.md",
       ):
         sweep.collect_runs(module, "mixes=hard,compiled=false")
-      path = os.path.join(root, module.SELECTION)
-      os.makedirs(os.path.dirname(path))
-      chosen = [
-          dict(kind=k, variant=v, lr=lr)
-          for k, v, lr in (
-              ("sparse", "attn", 3e-2),
-              ("random", "attn", 3e-3),
-              ("trained", "attn", 3e-4),
-              ("trained", "res_ln_mlp", 1e-3),
-          )
-      ]
-      with open(path, "w") as f:
-        json.dump(dict(chosen=chosen), f)
+    chosen = {
+        ("sparse", "attn"): 3e-2,
+        ("random", "attn"): 3e-3,
+        ("trained", "attn"): 3e-4,
+        ("trained", "res_ln_mlp"): 1e-3,
+    }
+    with mock.patch.dict(module.LRS, chosen, clear=True):
       runs = sweep.collect_runs(module, "mixes=hard,compiled=false")
-      got = {
-          (c.model.kind, c.model.variant, c.model.m): c.train.lr
-          for _, c in runs
-      }
-      self.assertEqual(got[("sparse", "attn", 256)], 3e-2)
-      self.assertEqual(got[("random", "attn", 256)], 3e-3)
-      self.assertEqual(got[("random", "attn", 512)], 3e-3)
-      self.assertEqual(got[("trained", "res_ln_mlp", 256)], 1e-3)
+    got = {
+        (c.model.kind, c.model.variant, c.model.m): c.train.lr
+        for _, c in runs
+    }
+    self.assertEqual(got[("sparse", "attn", 256)], 3e-2)
+    self.assertEqual(got[("random", "attn", 256)], 3e-3)
+    self.assertEqual(got[("random", "attn", 512)], 3e-3)
+    self.assertEqual(got[("trained", "res_ln_mlp", 256)], 1e-3)
 
   def test_table_seeds_draw_new_machines(self):
     module = sweep.load_config_module(
@@ -903,92 +893,64 @@ class SweepTest(absltest.TestCase):
         os.path.join(ROOT, "configs", "khop_table.py")
     )
     grid = "ks=2,kinds=sparse+trained,variants=res_ln+res_ln_mlp,seeds=1"
-    root = self.create_tempdir().full_path
-    with mock.patch.object(module, "ROOT", root):
+    with mock.patch.dict(module.UTS, clear=True):
       with self.assertRaisesRegex(
-          UserError, r"khop_select_uts/selection.json is missing"
+          UserError,
+          r"UTS has no choice for kind=sparse, variant=res_ln, k=2: choose "
+          r"it with `python -m launch.sweep --config=configs/khop_select.py"
+          r":part=uts .*khop_select_uts/selection.md",
       ):
         sweep.collect_runs(module, grid)
-      choices = {
-          "trained": [
-              dict(
-                  kind="trained",
-                  variant="res_ln_mlp",
-                  data=dict(k=2),
-                  lr=3e-3,
-                  embed_scale=1.0,
-                  schedule="cosine",
-              )
-          ],
-          "ut": [
-              dict(
-                  kind="sparse",
-                  variant="res_ln",
-                  data=dict(k=2),
-                  lr=1e-2,
-                  embed_scale=0.3,
-              ),
-              dict(
-                  kind="random",
-                  variant="res_ln",
-                  data=dict(k=2),
-                  lr=3e-2,
-                  embed_scale=0.1,
-              ),
-          ],
-      }
-      _write_selections(root, module, choices)
-      runs = sweep.collect_runs(module, grid)
-      got = {
-          (c.model.kind, c.model.variant): (
-              c.train.lr,
-              c.model.embed_scale,
-              c.train.schedule,
-          )
-          for _, c in runs
-      }
-      # A choice without a schedule was made at the constant lr.
-      self.assertEqual(
-          got,
-          {
-              ("sparse", "res_ln"): (1e-2, 0.3, "constant"),
-              ("trained", "res_ln_mlp"): (3e-3, 1.0, "cosine"),
-          },
-      )
-      # An explicit embed_scale wins over the selection's.
-      scaled = sweep.collect_runs(module, grid + ",embed_scale=0.5")
-      self.assertEqual({c.model.embed_scale for _, c in scaled}, {0.5})
-      with self.assertRaisesRegex(
-          UserError, r"no choice for kind=trained, variant=res_ln_mlp, k=3"
-      ):
-        sweep.collect_runs(module, grid.replace("ks=2", "ks=3"))
+    trained = {("res_ln_mlp", 2): (3e-3, 1.0, "cosine")}
+    uts = {"sparse": (1e-2, 0.3, "constant"), "random": (3e-2, 0.1, "constant")}
+    with mock.patch.dict(module.TRAINED, trained, clear=True):
+      with mock.patch.dict(module.UTS, uts, clear=True):
+        runs = sweep.collect_runs(module, grid)
+        # An explicit embed_scale wins over the selection's.
+        scaled = sweep.collect_runs(module, grid + ",embed_scale=0.5")
+        with self.assertRaisesRegex(
+            UserError, r"no choice for kind=trained, variant=res_ln_mlp, k=3"
+        ):
+          sweep.collect_runs(module, grid.replace("ks=2", "ks=3"))
+    got = {
+        (c.model.kind, c.model.variant): (
+            c.train.lr,
+            c.model.embed_scale,
+            c.train.schedule,
+        )
+        for _, c in runs
+    }
+    self.assertEqual(
+        got,
+        {
+            ("sparse", "res_ln"): (1e-2, 0.3, "constant"),
+            ("trained", "res_ln_mlp"): (3e-3, 1.0, "cosine"),
+        },
+    )
+    self.assertEqual({c.model.embed_scale for _, c in scaled}, {0.5})
 
   def test_khop_table_at_the_selected_batch_trains_the_differing_rows(self):
     module = sweep.load_config_module(
         os.path.join(ROOT, "configs", "khop_table.py")
     )
-    root = self.create_tempdir().full_path
-    trained = lambda variant, **kw: dict(
-        kind="trained", variant=variant, data=dict(k=2), lr=1e-3, **kw
-    )
-    choices = {
-        "trained": [
-            trained(v, embed_scale=1.0, schedule="constant")
-            for v in ("attn", "res_ln_mlp")
-        ],
-        "batch": [
-            trained("attn", batch_size=32, warmup_steps=100),  # The protocol.
-            trained("res_ln_mlp", batch_size=16, warmup_steps=1000),
-        ],
+    trained = {
+        (v, 2): (1e-3, 1.0, "constant") for v in ("attn", "res_ln_mlp")
+    }
+    batches = {
+        ("attn", 2): (32, 100),  # The protocol.
+        ("res_ln_mlp", 2): (16, 1000),
     }
     grid = "ks=2,kinds=trained+sparse,seeds=2,compiled=False,batch=selected"
-    with mock.patch.object(module, "ROOT", root):
-      with self.assertRaisesRegex(
-          UserError, r"khop_select_batch/selection.json is missing"
-      ):
-        sweep.collect_runs(module, grid)
-      _write_selections(root, module, choices)
-      runs = sweep.collect_runs(module, grid)
+    with mock.patch.dict(module.TRAINED, trained, clear=True):
+      with mock.patch.dict(module.BATCHES, clear=True):
+        with self.assertRaisesRegex(
+            UserError,
+            r"BATCHES has no choice for kind=trained, variant=attn, k=2: .*"
+            r"khop_select_batch/selection.md",
+        ):
+          sweep.collect_runs(module, grid)
+      with mock.patch.dict(module.BATCHES, batches, clear=True):
+        runs = sweep.collect_runs(module, grid)
     # Only the trained row whose choice differs, at that choice; the cap and
     # the evaluation interval in strings as at batch 32.
     self.assertLen(runs, 2)

@@ -20,6 +20,7 @@ import ml_collections
 
 from ut.errors import UserError
 from ut.experiments.sweep import records
+from ut.experiments.sweep import rules
 from ut.training import train
 
 BATCHED_KEYS = ("seed", "train.lr", "model.ut_seed")
@@ -82,13 +83,15 @@ def collect_runs(
   overrides: {dotted field: value} set in every run's config, its name
   unchanged (e.g. {"eval.test_each": True}: `launch.sweep --test_each`).
 
-  add() returns the run's name. A sweep that takes a keyword `finished` is
-  passed `finished(name)`: that run's recorded metrics in `workdir` (a dict),
-  or None while it is not recorded, so that it can add runs that depend on
-  results, e.g. more seeds where the first ones disagree; `run_sweep`
-  collects again after a pass that trained something, until no run is added.
-  The plan must only grow as results come in. With several JAX processes
-  `finished` always says None (every process must plan the same runs).
+  add() returns the run's name. A sweep that takes a keyword `adapt` is
+  passed `rules.adapter`'s adapt(rule, ...), which applies a named rule of
+  ut/experiments/sweep/rules.py (e.g. more seeds where the first ones
+  disagree); one that takes a keyword `finished` is passed `finished(name)`
+  itself: that run's recorded metrics in `workdir` (a dict), or None while it
+  is not recorded. `run_sweep` collects again after a pass that trained
+  something, until no run is added. The plan must only grow as results come
+  in. With several JAX processes `finished` always says None (every process
+  must plan the same runs).
   """
   runs = []
 
@@ -107,8 +110,12 @@ def collect_runs(
     return name or "default"
 
   kwargs = {}
-  if "finished" in inspect.signature(module.sweep).parameters:
-    kwargs["finished"] = functools.partial(records.recorded_metrics, workdir)
+  finished = functools.partial(records.recorded_metrics, workdir)
+  parameters = inspect.signature(module.sweep).parameters
+  if "finished" in parameters:
+    kwargs["finished"] = finished
+  if "adapt" in parameters:
+    kwargs["adapt"] = rules.adapter(add, finished)
   if arg is None:
     module.sweep(add, **kwargs)
   else:
