@@ -16,45 +16,13 @@ given, the frozen weights), ut_seed=INT (the random UT's draw and the frozen
 MLP's; default: the seed), embed_scale=FLOAT (the std of E's initial
 entries; default 1.0), smoke. Single fields: --config.train.steps=...
 
-Paper (attention-only, `za`-style mix): sparse UT 100%, random UT 94.4%, trained
-about the same. Expected result under this protocol (the table,
-configs/dyck_table.py, results/dyck_v2/paper.md; test set):
-  mix za:   sparse UT 93.31 +- 0.91% (5 seeds), random UT 92.36 +- 0.83%
-            (m = 256) and 91.52 +- 0.70% (m = 512), trained attention-only
-            92.07 +- 6.16% (5 seeds), trained res_ln_mlp 99.36 +- 1.07%;
-  mix hard: sparse UT 95.93 +- 2.30% (5 seeds), random UT 93.83 +- 0.85%
-            (m = 256) and 93.54 +- 1.76% (m = 512, 5 seeds), trained
-            attention-only 97.48 +- 0.87%, trained res_ln_mlp 99.37 +- 0.97%;
-the attention-only rows score 29-73% on the short balanced strings, never
-trained on, and 94.8-100% in every bucket of 11-60 brackets
-(results/dyck_v2/breakdown.md). Runs stop on the plateau rule after
-6000-23000 steps (3 res_ln_mlp seeds: at 99.9% twice). Run time, one core
-each (two runs at once on this 2-core CPU, the machine otherwise busy;
-`sweep.train_minutes` of each run's log): 2-27 minutes, most 5-15; the
-random UT at m = 512 took 39-51 minutes a run on mix za in the m-wide
-order and 4-16 on mix hard in the coefficient form (docs/performance.md).
-The whole table: 8.3 core-hours over 38 trained runs.
-The selection (results/dyck_select, validation seed 100, 3000 steps): 97%
-validation accuracy for the trained res_ln_mlp at its chosen lr (Zhong &
-Andreas's own trained model, not yet run here, is DESIGN §7's).
-
-Our choices where the paper is silent (all chosen by us):
-  Zhong & Andreas's protocol (DESIGN §7; ut/training/tasks/dyck.py): strings
-  of 1..max_len=60 brackets, '?' query last, left padding; a fixed test set
-  of 4000 strings and a fixed validation set of 4000 (as large, so that it is
-  as precise), each from its own seed, whatever the run's seed; the training
-  stream redraws every copy of a test or validation string;
-  model sizes in configs/common.py (sparse: virtual target H=2, L=2, d=32, m=416;
-  random: m=256, H=2, L=2, k_u=32; trained: d=64, H=2, L=2);
-  AdamW (b2=0.98, no weight decay), peak lr 1e-2 for UTs and 1e-3 for trained
-  (configs/common.py), 100 warmup steps, then constant, batch 128, grad clip
-  1; trained until the validation accuracy (scored every 1000 steps) has
-  flattened: stopped when 5 evaluations in a row do not beat the best before
-  them by more than 0.2 points, or at >= 99.9% twice, or at the cap of 30000
-  steps; the test set is scored at the end;
-  res_ln_mlp: one GELU MLP per layer of hidden width m (mlp_ratio 1), frozen
-  random (N(0, 1/fan_in)) in UTs, trained in `trained`; LayerNorm without
-  parameters everywhere.
+Expected (the table, configs/dyck_table.py, results/dyck_v2/paper.md; test
+set, mix za): sparse UT 93.31 +- 0.91%, random UT 92.36 +- 0.83% (m = 256),
+trained attention-only 92.07 +- 6.16%, trained res_ln_mlp 99.36 +- 1.07%
+(paper, attention-only: 100%, 94.4%, about the same). Run time: 2-27 minutes
+a run on one CPU core, most 5-15; the table 8.3 core-hours. Every number,
+and every choice we made where the paper is silent: docs/results.md,
+"Dyck-1 under Zhong & Andreas's protocol".
 """
 
 from configs import common

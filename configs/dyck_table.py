@@ -7,8 +7,8 @@ r"""The Dyck-1 table: the paper's rows (ROWS), mixes `za` and `hard`, 3 seeds ea
   python -m launch.sweep --config=configs/dyck_table.py:smoke --workdir=/tmp/t  # CI size
 
 Each run is configs/dyck.py with the run's arguments and the learning rate
-configs/dyck_select.py chose for its row (run it first, into
-results/dyck_select); see configs/dyck.py's docstring for every choice we made
+configs/dyck_select.py chose for its row (LRS, from
+results/dyck_select/selection.md); docs/results.md has every choice we made
 where the paper is silent. Every run of a mix is scored on the
 same fixed validation set (eval_accuracy) and test set, neither ever trained
 on (Zhong & Andreas's protocol; ut/training/data.py). Paper (attention-only,

@@ -12,46 +12,8 @@ Each run is configs/khop.py (its protocol: constant learning rate after 100
 warmup steps, batch 32, stopped at >= 99.5% validation accuracy at two
 evaluations in a row, else at 20000 steps) with the run's arguments.
 
-part=trained: the fully trained models (res_ln_mlp and attention-only) at
-k in ks, peak lr in {3e-4, 1e-3, 3e-3}; the table takes, per variant, the lr
-with the most seeds reaching 99%, then the fewest median steps. This sets
-the budget every UT cell gets.
-The attention-only trained model also runs with a cosine schedule (decaying
-over the 20000-step cap, same early stop) at lr 1e-3 and 3e-4: at a constant
-lr it did not reach 99% at k = 4 on either seed, and at k = 2 (seed 101,
-d = 64) its validation accuracy moved between 95.8 and 99.7% from step 6000
-on, ending at 96.8%, while a cosine decay over 10000 steps reached 100% (configs/
-learnability.py's target). The selection picks the schedule with the lr.
-part=uts: the sparse and the random UT with res_ln at k = 2, lr in
-{1e-2, 3e-2} x embed_scale in {0.1, 0.3, 1} (the random UT swung from 58.9
-to 99.97% over embed_scale in the earlier table).
-
-part=k4 (issue 48: k = 4, off the ceiling of k = 2 and 3): each UT row of
-the k = 4 table chooses its own lr in {1e-2, 3e-2} and embed_scale in
-{0.1, 0.3} (the k = 2 choice, 1e-2 with 0.1, is in the grid; scale 1 lost at
-k = 2 for both UTs): the random UT with res_ln and with res_ln_mlp (m = 256),
-then the sparse UT with res_ln (m = 4000 at L = 5, about 3x the random UT's
-step time, so it runs last). The trained rows at k = 4 are part=trained's.
-
-part=sanford (issue 48 part 2: Sanford et al.'s length 100 over 4 letters,
-k = 2, L = 3): the trained res_ln_mlp and attention-only models, lr in
-{3e-4, 1e-3, 3e-3}, and the sparse and the random UT (m = 256), attention
-only, lr in {1e-2, 3e-2} x embed_scale in {0.1, 0.3, 1}. Selected at the
-protocol's cap of 20000 steps (640k strings), with the futility rule
-(FUTILITY) beside the 99.5% stop; the table's runs then go to Sanford's
-3.2M strings.
-
-part=batch (after the two above: it reads their selection.json): the batch
-size and the warm-up, each cell at the lr, schedule and embed_scale chosen
-for it: the trained models at k in ks (default 2+3, the table's), the sparse
-and the random UT with res_ln at k = 2. Candidates (BATCHES): batch 32 with
-100 warm-up steps (the protocol's), batch 16 and 128 with 100, and batch 32
-with 1000. A run's cap and evaluation interval scale with 32 / batch, so
-every candidate is evaluated after the same numbers of training strings and
-trains on at most 640000; the selection ranks by the median number of
-strings to 99% (steps times batch), not steps. The lr is not swept again at
-the other batch sizes: this part asks whether the batch and warm-up we fixed
-cost the cells anything at their chosen lr.
+Each part's grid and why: docs/results.md, "The k-hop selection on validation
+seeds". Run time: results/khop_select*/selection.md's cost line.
 """
 
 from configs import common
@@ -66,7 +28,7 @@ PARTS = {
         models=("trained:res_ln_mlp", "trained:attn"),
         lrs=(1e-3, 3e-4, 3e-3),
         scales=(1.0,),
-        # Also with a cosine schedule over the cap (see the docstring).
+        # Also with a cosine schedule over the cap (docs/results.md says why).
         cosine=("trained:attn",),
     ),
     "uts": dict(
@@ -156,7 +118,7 @@ def sweep(add, arg=None):
 
 def _batch_sweep(add, models, ks, smoke):
   """part=batch: every (batch, warm-up) of BATCHES at each cell's chosen
-  hyperparameters (configs/khop_table.py reads them); smoke: one seed, the
+  hyperparameters (configs/khop_table.py's literals); smoke: one seed, the
   first two candidates, each cell at configs/khop.py's defaults."""
   from configs import khop_table  # pylint: disable=g-import-not-at-top
 

@@ -5,12 +5,12 @@ hyperparameters chosen on validation seeds.
   python -m launch.sweep --config=configs/khop_table.py:ks=2,kinds=sparse --workdir=W
   python -m launch.sweep --config=configs/khop_table.py:smoke --workdir=/tmp/t  # CI size
 
-First run the selection sweeps (configs/khop_select.py, both parts, into
-results/khop_select and results/khop_select_uts): each run here takes its
-learning rate from their selection.json (the trained model per variant and
-k; the UTs: the sparse and the random UT's choice with res_ln at k = 2, lr
-and embed_scale, for every variant and k of that kind), and says which file
-is missing otherwise. A smoke run uses the configs' defaults.
+Each run takes the hyperparameters the selection sweeps (configs/
+khop_select.py, parts trained and uts) chose on validation seeds, written
+below as literals (TRAINED: the trained model per variant and k; UTS: the
+sparse and the random UT's choice with res_ln at k = 2, lr and embed_scale,
+for every variant and k of that kind); a cell without one names the sweep
+that would choose it. A smoke run uses the configs' defaults.
 
 Rows (our choice, from what the paper claims): attention-only, the sparse UT,
 the random UT (m = 256) and the trained model; with res_ln, the sparse and the
@@ -22,8 +22,8 @@ not "256 below 928"; wider random UTs cost m^2 per token and layer, which a
 k = 1 is dropped (every cell was at 100%) and k = 4 is optional (ks=2+3+4):
 its sparse UT (m = 4000) takes hours per run on one core at the 20000-step
 cap. batch=selected trains instead only the trained rows whose batch size
-or warm-up chosen on validation seeds (configs/khop_select.py:part=batch)
-differs from the protocol's, at that choice, into their own workdir:
+or warm-up chosen on validation seeds (configs/khop_select.py:part=batch,
+BATCHES) differs from the protocol's, at that choice, into their own workdir:
   python -m launch.sweep --config=configs/khop_table.py:kinds=trained,batch=selected,compiled=False --workdir=results/khop_v2_batch
 Compiled-UT rows: the trained attention-only model compiled into the
 sparse UT at every k and into a random UT at k in random_compiled_ks.

@@ -7,7 +7,7 @@ the spread between programs (E, U initialisations) on one UT?
 Two cells (issue 17): Dyck attention-only (za) and k-hop with res_ln at k = 2,
 each the random UT of its table (m = 256) with its table's config
 (configs/dyck_table.py, configs/khop_table.py: the task's protocol and the
-hyperparameters chosen on validation seeds; run the selection sweeps first). 3 UT draws (model.ut_seed 0, 1, 2) x 2
+hyperparameters chosen on validation seeds, written there as literals). 3 UT draws (model.ut_seed 0, 1, 2) x 2
 program seeds (seed 10, 11: E, U and the data; not the table seeds, so that
 the draws here are not the table's runs). The sweep writes machines.md and
 machines.json: per cell, the mean, the std of the per-draw means (between

@@ -92,8 +92,8 @@ def get_config(arg="full"):
           "baselines.json",
           ["--seeds=1", "--ks=2"] if quick else [],
       ),
-      # Hyperparameters on validation seeds first: the tables read the
-      # selection.json these write.
+      # Hyperparameters on validation seeds first: the tables' literals
+      # (configs/*_table.py) are the choices these write.
       _step(
           "khop_select",
           "launch.sweep",

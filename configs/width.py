@@ -13,15 +13,15 @@ N of the residual class, 800 and 2528: the compiler's class closest to
 res_ln, which adds a LayerNorm it does not handle). ratios: m / N in
 {1/8, 1/4, 1/2, 1, 2}; 3 seeds, each a new UT draw (model.ut_seed = seed).
 Each run is its table's config (configs/dyck_table.py, configs/khop_table.py:
-its task's protocol with the hyperparameters chosen on validation seeds; run
-the selection sweeps first). Runs go narrowest first. The sweep writes
+its task's protocol with the hyperparameters chosen on validation seeds,
+written there as literals). Runs go narrowest first. The sweep writes
 width.md and width.png: final test accuracy and the share of seeds reaching
 99% against m / N, with m = N marked.
 
 The Dyck table's lr was chosen at m = 256 only. With `lrs=selected` a Dyck
 run takes instead the lr that configs/width_select.py chose at its width on
-a validation seed (run it first, into results/width_select); a run whose lr
-is the table's keeps its name, the others' names add train.lr:
+a validation seed (DYCK_LRS, from results/width_select/selection.md); a run
+whose lr is the table's keeps its name, the others' names add train.lr:
 
   python -m launch.sweep --config=configs/width.py:cells=dyck,lrs=selected --workdir=results/width_lr
 

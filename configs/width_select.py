@@ -15,8 +15,9 @@ Each run is configs/width.py's Dyck run at one width (its ratios of N) with
 peak lr in LRS (configs/dyck_select.py's: the default, a third of it, 3 times
 it), for `steps` (3000, as configs/dyck_select.py) at a constant lr after
 warmup. selection.md marks, per width, the lr with the best validation
-accuracy at the end (ut/experiments/selection.py's rule), and
-`configs/width.py:cells=dyck,lrs=selected` trains each width at it.
+accuracy at the end (ut/experiments/selection.py's rule), written into
+configs/width.py's DYCK_LRS, at which `configs/width.py:cells=dyck,lrs=selected`
+trains each width.
 """
 
 from configs import common
