@@ -2,7 +2,11 @@ r"""Choosing the Dyck table's learning rates on a validation seed (100) that no
 table run uses, scored on the fixed validation set only.
 
   python -m launch.sweep --config=configs/dyck_select.py --workdir=results/dyck_select
+  python -m launch.sweep --config=configs/dyck_select.py:part=exact --workdir=results/dyck_select_exact
   python -m launch.sweep --config=configs/dyck_select.py:smoke --workdir=/tmp/s  # CI size
+
+part=exact: the rows to retrain under the exact generator (EXACT_ROWS), on
+mixes za_exact and hard, each with its kind's lrs.
 
 Each run is configs/dyck.py (mix za) with the run's row of
 configs/dyck_table.py and peak lr in LRS (the kind's default of
@@ -26,11 +30,35 @@ LRS = {
     "sparse": (1e-2, 3e-3, 3e-2),
     "random": (1e-2, 3e-3, 3e-2),
     "trained": (1e-3, 3e-4, 3e-3),
+    "gpt2_random": (1e-3, 3e-3, 1e-2),  # Zhong & Andreas's first, then larger.
+    "gpt2": (1e-3, 3e-4, 3e-3),
 }
 
 
+# part=exact (issue 48 part 4): the rows of the Dyck table to retrain under
+# Zhong & Andreas's exact generator rules (mix za_exact) and on mix hard,
+# each choosing its own lr: the table's rows, the random UT with res_ln and
+# with res_ln_mlp (m = 256), and Zhong & Andreas's GPT-2, frozen but E and U
+# (gpt2_random) and fully trained (gpt2), under our protocol.
+EXACT_ROWS = (
+    "model=sparse,variant=attn",
+    "model=random,variant=attn",
+    "model=random,variant=res_ln",
+    "model=random,variant=res_ln_mlp",
+    "model=trained,variant=attn",
+    "model=trained,variant=res_ln_mlp",
+    "model=gpt2_random",
+    "model=gpt2",
+)
+
+
 def sweep(add, arg=None):
-  args = common.parse_arg(arg, dict(steps=3000, smoke=False))
+  args = common.parse_arg(arg, dict(part="za", steps=3000, smoke=False))
+  if args["part"] not in ("za", "exact"):
+    raise common.UserError(f"part={args['part']!r}; use za or exact")
+  if args["part"] == "exact":
+    _exact(add, args)
+    return
   for row in dyck_table.ROWS:
     if "m=512" in row:
       continue
@@ -43,6 +71,18 @@ def sweep(add, arg=None):
       if not args["smoke"]:
         overrides["train.steps"] = args["steps"]
       add(run, **overrides)
+
+
+def _exact(add, args):
+  smoke = ",smoke" if args["smoke"] else ""
+  for mix in ("za_exact", "hard"):
+    for row in EXACT_ROWS:
+      kind = tables.row_field(row, "model")
+      for lr in LRS[kind][:2] if args["smoke"] else LRS[kind]:
+        overrides = {"train.lr": lr}
+        if not args["smoke"]:
+          overrides["train.steps"] = args["steps"]
+        add(f"{row},mix={mix},seed={VALIDATION_SEED}{smoke}", **overrides)
 
 
 # selection.{md,json} in the workdir: per cell the hyperparameters the

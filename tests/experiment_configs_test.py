@@ -113,6 +113,21 @@ class SelectionTest(absltest.TestCase):
       self.assertFalse({c.seed for _, c in runs} & table_seeds, name)
       self.assertGreater(len({c.train.lr for _, c in runs}), 1, name)
 
+  def test_dyck_exact_part_gives_each_row_its_kinds_lrs(self):
+    runs = sweep.collect_runs(_module("dyck_select.py"), "part=exact")
+    cells = {}
+    for _, c in runs:
+      self.assertEqual((c.seed, c.train.steps), (100, 3000))
+      key = (c.model.kind, c.model.variant, c.data.mix)
+      cells.setdefault(key, set()).add(c.train.lr)
+    self.assertLen(cells, 8 * 2)
+    self.assertEqual({k[2] for k in cells}, {"za_exact", "hard"})
+    self.assertEqual(cells[("gpt2_random", "res_ln_mlp", "hard")], {1e-3, 3e-3, 1e-2})
+    self.assertEqual(cells[("random", "res_ln_mlp", "za_exact")], {3e-3, 1e-2, 3e-2})
+    self.assertEqual(cells[("trained", "attn", "hard")], {3e-4, 1e-3, 3e-3})
+    with self.assertRaisesRegex(UserError, "part='x'; use za or exact"):
+      sweep.collect_runs(_module("dyck_select.py"), "part=x")
+
   def test_sanford_part_gives_each_row_its_own_grid(self):
     runs = sweep.collect_runs(_module("khop_select.py"), "part=sanford")
     self.assertFalse({c.seed for _, c in runs} - {100, 101})
