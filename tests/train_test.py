@@ -815,8 +815,8 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     task = data_lib.make_task(config)
     spec = models.model_spec(config, task.info)
     params = models.init(jax.random.PRNGKey(0), spec)
-    held_out = held_out.eval_batches(config, task)
-    self.assertEqual(len({len(b["tokens"]) for b in held_out}), 1)
+    valid = held_out.eval_batches(config, task)
+    self.assertEqual(len({len(b["tokens"]) for b in valid}), 1)
     traces = []
     real = step_lib.loss_and_metrics
 
@@ -825,8 +825,8 @@ class TrainAndEvaluateTest(parameterized.TestCase):
       return real(*args)
 
     with mock.patch.object(step_lib, "loss_and_metrics", counting):
-      first = held_out.held_out_metrics(params, spec, held_out)
-      second = held_out.held_out_metrics(params, spec, held_out)
+      first = held_out.held_out_metrics(params, spec, valid)
+      second = held_out.held_out_metrics(params, spec, valid)
     self.assertEqual(first, second)
     self.assertLen(traces, 1)  # One trace for all batches of both calls.
 
