@@ -37,6 +37,7 @@ from ut.training import held_out
 from ut.training import implementation
 from ut.training import loop
 from ut.training import models
+from ut.training import step as step_lib
 from ut.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,14 +151,23 @@ class SweepTest(absltest.TestCase):
     self.assertEqual(sweep.group_key(configs[0]), sweep.group_key(configs[1]))
     # The group and a single run go through the same loop, step, batches and
     # evaluation (every eval.every steps, for each run).
-    shared = ("train_loop", "train_step", "train_batch", "held_out_metrics")
-    spies = {
-        name: mock.patch.object(train, name, wraps=getattr(train, name))
-        for name in shared
-    }
+    # Each function's module, and ut.training.train's name for it, where the
+    # sweep reaches it through that module: one spy in both places.
+    homes = dict(
+        train_loop=loop,
+        train_step=step_lib,
+        train_batch=data_lib,
+        held_out_metrics=held_out,
+    )
+    shared = tuple(homes)
     calls = {}
     with contextlib.ExitStack() as stack:
-      spied = {name: stack.enter_context(p) for name, p in spies.items()}
+      spied = {}
+      for name, home in homes.items():
+        spied[name] = mock.MagicMock(wraps=getattr(home, name))
+        stack.enter_context(mock.patch.object(home, name, spied[name]))
+        if hasattr(train, name):
+          stack.enter_context(mock.patch.object(train, name, spied[name]))
       got = sweep.train_group(configs)
       calls["group"] = {name: spied[name].call_count for name in shared}
       for spy in spied.values():
@@ -249,7 +259,8 @@ class SweepTest(absltest.TestCase):
     folder = os.path.join(self.create_tempdir().full_path, "group")
     with mock.patch.object(loop, "stop_reason", rule):
       want = sweep.train_group(configs)
-      with mock.patch.object(data_lib, "train_batch", interrupted):
+      # The sweep reaches the batches and the loop through ut.training.train.
+      with mock.patch.object(train, "train_batch", interrupted):
         with self.assertRaises(KeyboardInterrupt):
           sweep.train_group(configs, folder)
       # Only the trained leaves are kept (E and U): the frozen UT is redrawn.
@@ -268,11 +279,13 @@ class SweepTest(absltest.TestCase):
         ]
         self.assertEqual([saved[k].shape for k in saved.files], trained)
         self.assertLess(len(trained), len(jax.tree.leaves(params)))
-      with mock.patch.object(loop, "train_loop", wraps=loop.train_loop) as loop:
+      with mock.patch.object(
+          train, "train_loop", wraps=loop.train_loop
+      ) as looped:
         got = sweep.train_group(configs, folder)
-    self.assertEqual(loop.call_args.kwargs["start_step"], 8)
+    self.assertEqual(looped.call_args.kwargs["start_step"], 8)
     self.assertEqual(
-        loop.call_args.kwargs["resumed"]["stopped"], {0: (4, "test stop")}
+        looped.call_args.kwargs["resumed"]["stopped"], {0: (4, "test stop")}
     )
     for i in range(2):
       self.assertEqual(got[i].pop("resumed_at_step"), 8)
