@@ -10,18 +10,18 @@ XLA splits small ops (the per-string attention products, softmax, the
 transposes) over 2 threads poorly: the fixed step ran faster pinned to one
 core than on two (an ad-hoc A/B, not saved). Here the process has --devices
 CPU devices (`jax_num_cpu_devices`); each device takes 1/devices of the batch
-(`train.data_parallel_step`, what `launch.train --cpu_devices=D
+(`step_lib.data_parallel_step`, what `launch.train --cpu_devices=D
 --config.train.data_parallel=True` runs), sums its gradients in
 `default_microbatches` parts of its share (or --microbatches), and the sums
 are added across devices.
 
 Printed, medians of --repeats timed blocks of at least --min_block_s each,
 interleaved in this one process:
-  baseline  `train.train_step` as `train_and_evaluate` jits it by default
+  baseline  `step_lib.train_step` as `train_and_evaluate` jits it by default
             (device 0, `default_microbatches`, XLA's defaults);
   dp        the data-parallel step, with XLA's defaults;
   dp -ynn   the same with config.cpu.ynn_fusions=False (configs/cpu.py)
-            (`train.compiler_options`: no YNNPACK fusions, XLA's own kernels);
+            (`implementation.compiler_options`: no YNNPACK fusions, XLA's own kernels);
   rooflines the 2048 x 2048 float32 `jnp.dot` on device 0, as train_bench
             measures it, and the same dot with its rows split over the devices.
 --repeats, --min_block_s, --out and --overwrite are train_bench's flags.
@@ -56,8 +56,11 @@ from benchmarks import train_bench
 from configs import cpu as cpu_config
 from ut.errors import UserError
 from ut.io import reports
+from ut.training import checkpoint
 from ut.training import data as data_lib
-from ut.training import train
+from ut.training import implementation
+from ut.training import models
+from ut.training import step as step_lib
 
 _DEVICES = flags.DEFINE_integer(
     "devices",
@@ -69,7 +72,7 @@ _MICROBATCHES = flags.DEFINE_integer(
     "microbatches",
     None,
     "Parts of each device's share of the batch "
-    "(default: `train.default_microbatches` of the share, as training).",
+    "(default: `implementation.microbatches` of the share, as training).",
 )
 _DP_PART = flags.DEFINE_enum(
     "dp_part",
@@ -126,8 +129,8 @@ def bench_case(case, devices, microbatches, small=False):
     config.data.max_len = 15
     config.train.batch_size = 8 * devices
   task = data_lib.make_task(config)
-  spec = train.model_spec(config, task.info)
-  host_batch = train.train_batch(config, task, 0)
+  spec = models.model_spec(config, task.info)
+  host_batch = data_lib.train_batch(config, task, 0)
   b, t = host_batch["tokens"].shape
   if b % devices or (microbatches and (b // devices) % microbatches):
     raise UserError(
@@ -136,15 +139,15 @@ def bench_case(case, devices, microbatches, small=False):
     )
   mesh = jax.make_mesh((devices,), ("batch",))
   rows, copies = NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
-  state, tx, _ = train.init_state(config, spec)
-  steps = dict(base=train.make_step(config, spec, tx)[0])
+  state, tx, _ = checkpoint.init_state(config, spec)
+  steps = dict(base=step_lib.make_step(config, spec, tx)[0])
   for name, ynn in (("dp", True), ("dp_no_ynn", False)):
     config.train.data_parallel = True
     cpu_config.overlay(config).cpu.ynn_fusions = ynn
     steps[name] = jax.jit(
-        train.data_parallel_step(spec, tx, mesh, microbatches),
+        step_lib.data_parallel_step(spec, tx, mesh, microbatches),
         donate_argnums=0,
-        **train.compiler_options(config),
+        **implementation.compiler_options(config),
     )
   batches = dict(base=host_batch)
   batches.update(
@@ -153,7 +156,7 @@ def bench_case(case, devices, microbatches, small=False):
   fresh = lambda k: (
       state
       if k == "base"
-      else jax.device_put(train.init_state(config, spec)[0], copies)
+      else jax.device_put(checkpoint.init_state(config, spec)[0], copies)
   )
   firsts = {k: steps[k](fresh(k), batches[k]) for k in steps}
   checks = {k: _check(firsts["base"], firsts[k]) for k in steps if k != "base"}

@@ -23,9 +23,9 @@ compiles at XLA's optimization level 0 (compiles dominate there), and times
 
 Cells of a case: impl (`ModelSpec.impl`: reference, xla_cpu) x precision
 (`jax.default_matmul_precision` around tracing: highest, tensorfloat32; on a
-CPU both are full float32) x seeds (--seeds: 1, 3, 8). One seed is `train.train_step`
-jitted as `train.make_step` jits it (donate_argnums=0, the frozen layers
-split by `models.split_frozen` where the model reads them so); 3 and 8 seeds
+CPU both are full float32) x seeds (--seeds: 1, 3, 8). One seed is `step_lib.train_step`
+jitted as `step_lib.make_step` jits it (donate_argnums=0, the frozen layers
+split by `implementation.split_frozen` where the model reads them so); 3 and 8 seeds
 are the sweep's vmapped group step (`ut.experiments.sweep._train_group`:
 `jax.vmap` of `train_step` over stacked states and batches, the runs
 differing in seed and model.ut_seed as `sweep.BATCHED_KEYS` allows).
@@ -47,7 +47,7 @@ Columns:
   peak MiB    the device's `peak_bytes_in_use` after the cell's first steps:
               the process's peak so far, not the cell's (n/a on CPU).
   grad diff   max |g - g_ref| over the trainable leaves of the mean-loss
-              gradient (`train.grad_sums` over the labelled count) at the
+              gradient (`step_lib.grad_sums` over the labelled count) at the
               initial parameters and batch of seed 0, g_ref from impl
               reference at precision highest (one-seed rows).
 
@@ -86,9 +86,12 @@ from ut.errors import UserError
 from ut.experiments import learnability as learnability_lib
 from ut.io import reports
 from ut.io import roofline as roofline_lib
+from ut.training import checkpoint
 from ut.training import data as data_lib
+from ut.training import implementation
+from ut.training import loop
 from ut.training import models
-from ut.training import train
+from ut.training import step as step_lib
 
 
 def define_flags():
@@ -302,11 +305,11 @@ def grad_fn(spec, labels, microbatches, options=None):
   """(params, batch, layers) -> the trainable leaves' mean-loss gradient."""
 
   def grads(params, batch, layers):
-    (_, metrics), g = train.grad_sums(
+    (_, metrics), g = step_lib.grad_sums(
         params, batch, spec=spec, microbatches=microbatches, layers=layers
     )
     scale = 1.0 / jnp.maximum(metrics["labelled"], 1)
-    return [x * scale for x in train.trainable_leaves(g, labels)]
+    return [x * scale for x in checkpoint.trainable_leaves(g, labels)]
 
   return jax.jit(grads, compiler_options=options)
 
@@ -316,7 +319,7 @@ def step_fn(spec, tx, seeds, options=None, microbatches=None):
   for several, the sweep's vmapped group step (layers unused). options:
   XLA compiler options; microbatches: None for the step's default."""
   one = functools.partial(
-      train.train_step, spec=spec, tx=tx, microbatches=microbatches
+      step_lib.train_step, spec=spec, tx=tx, microbatches=microbatches
   )
   if seeds == 1:
     step = lambda state, batch, layers: one(state, batch, layers=layers)
@@ -407,21 +410,22 @@ class Bench:
     task = data_lib.make_task(configs[0])
     specs = {
         impl: dataclasses.replace(
-            train.model_spec(configs[0], task.info), impl=impl
+            models.model_spec(configs[0], task.info), impl=impl
         )
         for impl in IMPLS
     }
     spec = specs["reference"]
     # Each seed's own draw (a sweep's runs differ in seed and model.ut_seed).
     states = [
-        train.init_state(c, train.model_spec(c, task.info))[0] for c in configs
+        checkpoint.init_state(c, models.model_spec(c, task.info))[0]
+        for c in configs
     ]
-    _, tx, _ = train.init_state(configs[0], spec)
-    batches = [train.train_batch(c, task, 0) for c in configs]
+    _, tx, _ = checkpoint.init_state(configs[0], spec)
+    batches = [data_lib.train_batch(c, task, 0) for c in configs]
     b, t = batches[0]["tokens"].shape
     labels = models.labels(states[0].params, spec)
     parts = ", ".join(
-        f"{impl} {train.default_microbatches(b, t, specs[impl])}"
+        f"{impl} {implementation.microbatches(b, t, specs[impl])}"
         for impl in IMPLS
     )
     above = [
@@ -429,7 +433,7 @@ class Bench:
         "",
         f"{spec.kind}/{spec.variant}: M={spec.model_width} "
         f"H={spec.num_heads} L={spec.num_layers} K={spec.head_width} T={t} "
-        f"B={b}, {train.trainable_count(states[0].params, spec)} trainable "
+        f"B={b}, {loop.trainable_count(states[0].params, labels)} trainable "
         f"parameters; microbatches {parts}",
     ]
     cells = [  # One seed first: the grad diffs, and what matters most.
@@ -485,7 +489,7 @@ class Bench:
       cell.compile_s = time.perf_counter() - began
       cell.flops = _flops(compiled)
       b, t = batches[0]["tokens"].shape
-      if train.default_microbatches(b, t, spec) > 1:
+      if implementation.microbatches(b, t, spec) > 1:
         # XLA counts a scan's body once: count the whole batch's step,
         # lowered only (the HLO's cost).
         whole = step_fn(spec, tx, n, self.options, microbatches=1)
@@ -513,7 +517,7 @@ class Bench:
     reference at highest (the cells' order computes that first)."""
     batch = jax.device_put(batch)
     b, t = batch["tokens"].shape
-    parts = train.default_microbatches(b, t, spec)
+    parts = implementation.microbatches(b, t, spec)
     layers = _layers(spec, state.params, batch)
     with jax.default_matmul_precision(cell.precision):
       fn = grad_fn(spec, labels, parts, self.options)
@@ -543,12 +547,12 @@ class Bench:
 
 
 def _layers(spec, params, batch):
-  """The frozen layers as `train.make_step` passes them (split where the
+  """The frozen layers as `step_lib.make_step` passes them (split where the
   model reads them so), or None."""
   t = batch["tokens"].shape[1]
-  if not models.splits_layers(spec, t):
+  if not implementation.splits_layers(spec, t):
     return None
-  return models.split_frozen(params, spec, t)["layers"]
+  return implementation.split_frozen(params, spec, t)["layers"]
 
 
 def table(cells):

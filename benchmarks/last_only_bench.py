@@ -7,7 +7,7 @@ r"""A Dyck training step's gradient with every row's logits or the last row's.
 Dyck-1 labels only the last position (the '?' query), so the loss reads only
 the last row of the last layer. For each model, one jitted step, the value
 and gradient of the last position's mean cross-entropy w.r.t. the trainable
-parameters (frozen leaves under stop_gradient, as `train.train_step` has
+parameters (frozen leaves under stop_gradient, as `step_lib.train_step` has
 them), computed two ways in the same process:
   full       `models.apply(params, spec, tokens)[:, -1]`: every row's logits
              (for the attention-only random UT in its coefficient form too);
@@ -21,7 +21,7 @@ them), computed two ways in the same process:
 Models: configs/dyck.py (batch 128, 60 brackets and the '?': T = 61) with
 model=sparse, random, random with m=512, trained, and trained with
 variant=res_ln_mlp (spec and parameters as `ut.training.train` builds them:
-`train.model_spec`, `models.init`), at the implementation --impl names
+`models.model_spec`, `models.init`), at the implementation --impl names
 (default "auto": xla_cpu on a CPU backend).
 
 Timing: one batch already on the device; each timed block runs whole steps for
@@ -32,7 +32,7 @@ the roofline's GFLOP/s are medians over --repeats rounds. Also printed: XLA's
 FLOP count of each compiled step (cost_analysis), and the largest relative
 difference of the two gradients (float32 rounding only: they are the same
 function). --microbatches=N splits the batch into N parts whose gradients a
-lax.scan adds up (as `train.grad_sums`); 0: `train.default_microbatches`, the
+lax.scan adds up (as `step_lib.grad_sums`); 0: `implementation.microbatches`, the
 count a CPU training run uses (the same for full and last_only; m_wide
 gets the count the rule gives the M-wide order).
 """
@@ -51,8 +51,9 @@ from configs import dyck as dyck_config
 from ut.cpu import forward as cpu_forward
 from ut.io import roofline as roofline_lib
 from ut.training import data as data_lib
+from ut.training import implementation
 from ut.training import models
-from ut.training import train
+from ut.training import step as step_lib
 
 # name: (configs/dyck.py argument, config.model fields set on top).
 MODELS = {
@@ -83,7 +84,7 @@ _IMPL = flags.DEFINE_enum(
 _MICROBATCHES = flags.DEFINE_integer(
     "microbatches",
     1,
-    "Parts the batch is split into; 0: train.default_microbatches.",
+    "Parts the batch is split into; 0: implementation.microbatches.",
     lower_bound=0,
 )
 
@@ -95,9 +96,9 @@ def make_case(name):
   config.model.update(fields)
   config.model.impl = _IMPL.value
   task = data_lib.make_task(config)
-  spec = train.model_spec(config, task.info)
+  spec = models.model_spec(config, task.info)
   params = models.init(jax.random.PRNGKey(config.seed), spec)
-  batch = train.train_batch(config, task, 0)
+  batch = data_lib.train_batch(config, task, 0)
   batch = dict(tokens=batch["tokens"], labels=batch["labels"][:, -1])
   return spec, params, jax.device_put(batch)
 
@@ -151,15 +152,18 @@ def bench(name, roofline, repeats, min_block_s):
   """Times both steps and the roofline, interleaved; returns a dict of medians."""
   spec, params, batch = make_case(name)
   b, t = batch["tokens"].shape
-  n = _MICROBATCHES.value or train.default_microbatches(b, t, spec)
+  n = _MICROBATCHES.value or implementation.microbatches(b, t, spec)
   contenders = [
       ("full", False, models.apply, n),
       ("last_only", True, models.apply, n),
   ]
   n_wide = None
-  if spec.kind == "random" and models.resolve_impl(spec.impl) == "xla_cpu":
+  if (
+      spec.kind == "random"
+      and implementation.resolve_impl(spec.impl) == "xla_cpu"
+  ):
     # With --microbatches=0, the count the rule gives the M-wide order.
-    n_wide = _MICROBATCHES.value or train.default_microbatches(
+    n_wide = _MICROBATCHES.value or implementation.microbatches(
         b, t, spec, m_wide=True
     )
     contenders.append(("m_wide", True, cpu_forward.apply_m_wide, n_wide))
@@ -206,7 +210,7 @@ def bench(name, roofline, repeats, min_block_s):
           f"H={spec.num_heads} L={spec.num_layers} T={t} B={b} "
           f"microbatches={n}"
           + ("" if n_wide is None else f" (m_wide {n_wide})")
-          + f" impl={models.resolve_impl(spec.impl)}"
+          + f" impl={implementation.resolve_impl(spec.impl)}"
       ),
       full_ms=med["full"] * 1e3,
       last_ms=med["last_only"] * 1e3,

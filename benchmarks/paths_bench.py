@@ -7,7 +7,7 @@ state's levels routed (`ut.cpu.forward._apply_sparse`), and which of the two
   python -m benchmarks.record --out=results/bench/paths_bench.md -- \
       taskset -c 0 python -m benchmarks.paths_bench
 
-Both steps are `train.make_step`'s jitted `train.train_step` (state donated,
+Both steps are `step_lib.make_step`'s jitted `step_lib.train_step` (state donated,
 the default microbatches), each called (so traced) with `sparse_paths_form`
 (the rule `apply` follows) forced to its order; `_apply_sparse` serves the LayerNorm
 variants too. Before timing, both take the same steps from the same state and
@@ -28,8 +28,10 @@ from benchmarks import step_pairs
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from ut.cpu import forward as cpu_forward
+from ut.training import checkpoint
 from ut.training import data as data_lib
-from ut.training import train
+from ut.training import models
+from ut.training import step as step_lib
 
 _REPEATS, _STEPS, _CASES = step_pairs.define_flags(
     ["khop_k2", "khop_k3", "dyck"]
@@ -48,9 +50,9 @@ ORDERS = ("levels", "paths")
 
 
 def _forced(config, spec, tx, paths):
-  """`train.make_step`'s step, every call (so any trace) with the order
+  """`step_lib.make_step`'s step, every call (so any trace) with the order
   forced: `apply` asks `sparse_paths_form` while it traces."""
-  step = train.make_step(config, spec, tx)[0]
+  step = step_lib.make_step(config, spec, tx)[0]
 
   def run(state, batch):
     with mock.patch.object(cpu_forward, "sparse_paths_form", lambda *_: paths):
@@ -61,9 +63,9 @@ def _forced(config, spec, tx, paths):
 
 def _case(config):
   task = data_lib.make_task(config)
-  spec = train.model_spec(config, task.info)
-  state, tx, _ = train.init_state(config, spec)
-  batch = jax.device_put(train.train_batch(config, task, 0))
+  spec = models.model_spec(config, task.info)
+  state, tx, _ = checkpoint.init_state(config, spec)
+  batch = jax.device_put(data_lib.train_batch(config, task, 0))
   steps = {k: _forced(config, spec, tx, k == "paths") for k in ORDERS}
   states = step_pairs.same_steps(steps, state, batch, rtol=1e-4, atol=1e-6)
   return spec, steps, states, batch

@@ -74,8 +74,10 @@ from ut.core.constructions import sparse
 from ut.cpu import host
 from ut.io import reports
 from ut.io import roofline as roofline_lib
+from ut.training import checkpoint
 from ut.training import data as data_lib
-from ut.training import train
+from ut.training import models
+from ut.training import step as step_lib
 
 try:
   import torch  # pylint: disable=g-import-not-at-top
@@ -154,9 +156,9 @@ class Case:
 def build(name):
   config = case_config(name)
   task = data_lib.make_task(config)
-  spec = train.model_spec(config, task.info)
-  state, _, _ = train.init_state(config, spec)
-  batch = jax.tree.map(np.asarray, train.train_batch(config, task, 0))
+  spec = models.model_spec(config, task.info)
+  state, _, _ = checkpoint.init_state(config, spec)
+  batch = jax.tree.map(np.asarray, data_lib.train_batch(config, task, 0))
   return Case(name, spec, jax.device_get(state.params), batch, config)
 
 
@@ -369,13 +371,15 @@ def torch_step(case, last_only=False):
 
 def ut_step(case):
   """(step(state) -> (state, metrics), state, loss_and_grads) as launch.train."""
-  state, tx, _ = train.init_state(case.config, case.spec)
-  step, place_state, place_batch = train.make_step(case.config, case.spec, tx)
+  state, tx, _ = checkpoint.init_state(case.config, case.spec)
+  step, place_state, place_batch = step_lib.make_step(
+      case.config, case.spec, tx
+  )
   batch = place_batch(jax.device_put(case.batch))
   run = lambda s: step(s, batch)
   grad_fn = jax.jit(
       jax.value_and_grad(
-          lambda p: train.loss_and_metrics(p, case.spec, batch)[0]
+          lambda p: step_lib.loss_and_metrics(p, case.spec, batch)[0]
       )
   )
   return run, place_state(state), grad_fn
@@ -586,7 +590,7 @@ def main(argv):
         "all), --repeats and --steps >= 1"
     )
   if _STARTUP.value == "launcher":  # As launch.train starts the first case.
-    host.start_backend(train.cpu_threads(case_config(names[0])))
+    host.start_backend(models.cpu_threads(case_config(names[0])))
   if _OUT.value:
     reports.check_output(
         os.path.join(

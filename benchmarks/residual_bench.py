@@ -5,7 +5,7 @@ the M-wide order.
   python -m benchmarks.record --out=results/bench/residual_bench.md -- \
       taskset -c 0 python -m benchmarks.residual_bench
 
-`form` is `train.train_step` as training runs it, where
+`form` is `step_lib.train_step` as training runs it, where
 `ut.cpu.forward.residual_coefficient_form` holds
 (`_random_residual_coefficients`: the values from tables of about
 P M^2 H multiply-adds a layer, P = (T + V) (1 + H)^l, paid once a batch);
@@ -36,8 +36,11 @@ from benchmarks import step_pairs
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from ut.cpu import forward as cpu_forward
+from ut.training import checkpoint
 from ut.training import data as data_lib
-from ut.training import train
+from ut.training import implementation
+from ut.training import models
+from ut.training import step as step_lib
 
 _KHOP = {
     "khop1_m400": (1, 400),
@@ -76,7 +79,7 @@ def _step(spec, tx, form, microbatches):
     with mock.patch.object(
         cpu_forward, "residual_coefficient_form", lambda *_: form
     ):
-      return train.train_step(
+      return step_lib.train_step(
           state, batch, spec=spec, tx=tx, microbatches=microbatches
       )
 
@@ -85,11 +88,11 @@ def _step(spec, tx, form, microbatches):
 
 def _case(config):
   task = data_lib.make_task(config)
-  spec = train.model_spec(config, task.info)
-  state, tx, _ = train.init_state(config, spec)
-  batch = jax.device_put(train.train_batch(config, task, 0))
+  spec = models.model_spec(config, task.info)
+  state, tx, _ = checkpoint.init_state(config, spec)
+  batch = jax.device_put(data_lib.train_batch(config, task, 0))
   b, t = batch["tokens"].shape
-  m_wide = train.default_microbatches(b, t, spec, m_wide=True)
+  m_wide = implementation.microbatches(b, t, spec, m_wide=True)
   steps = {
       "m_wide": _step(spec, tx, False, m_wide),
       "form": _step(spec, tx, True, 1),

@@ -109,9 +109,11 @@ from ut.cpu import forward as cpu_forward
 from ut.errors import UserError
 from ut.io import reports
 from ut.io import roofline as roofline_lib
+from ut.training import checkpoint
 from ut.training import data as data_lib
+from ut.training import implementation
 from ut.training import models
-from ut.training import train
+from ut.training import step as step_lib
 
 _PART = flags.DEFINE_enum(
     "part",
@@ -155,7 +157,7 @@ class Case:
   arg: str
   batch_size: int | None = None
   model: tuple = ()  # (field, value) pairs for config.model.
-  microbatches: int | None = None  # None: `train.default_microbatches`.
+  microbatches: int | None = None  # None: `implementation.microbatches`.
 
   def config(self):
     config = CONFIG_FILES[self.config_file].get_config(self.arg)
@@ -290,13 +292,13 @@ def analytic_flops(spec, batch_size, num_tokens):
   random UT that `ut.cpu.forward.coefficient_form` admits (on CPU),
   `coefficient_flops`; for a random UT with res_ln that
   `ut.cpu.forward.residual_coefficient_form` admits, `residual_flops`."""
-  if models.resolve_impl(spec.impl) == "xla_cpu" and (
+  if implementation.resolve_impl(spec.impl) == "xla_cpu" and (
       cpu_forward.coefficient_form(spec, num_tokens)
   ):
     once, twice = coefficient_flops(spec, batch_size, num_tokens)
     forward = once + twice
     return forward, forward + once + 2 * twice
-  if models.resolve_impl(spec.impl) == "xla_cpu" and (
+  if implementation.resolve_impl(spec.impl) == "xla_cpu" and (
       cpu_forward.residual_coefficient_form(spec, batch_size, num_tokens)
   ):
     once, twice = residual_flops(spec, batch_size, num_tokens)
@@ -372,17 +374,17 @@ def keep_heap():
 
 
 def bench_step(case, roofline, repeats, min_block_s):
-  """Times `train.train_step` for one case; returns a Result."""
+  """Times `step_lib.train_step` for one case; returns a Result."""
   config = case.config()
   task = data_lib.make_task(config)
-  spec = train.model_spec(config, task.info)
-  state, tx, _ = train.init_state(config, spec)
-  batch = jax.device_put(train.train_batch(config, task, 0))
+  spec = models.model_spec(config, task.info)
+  state, tx, _ = checkpoint.init_state(config, spec)
+  batch = jax.device_put(data_lib.train_batch(config, task, 0))
   b, t = batch["tokens"].shape
-  microbatches = case.microbatches or train.default_microbatches(b, t, spec)
+  microbatches = case.microbatches or implementation.microbatches(b, t, spec)
   step = jax.jit(
       functools.partial(
-          train.train_step, spec=spec, tx=tx, microbatches=microbatches
+          step_lib.train_step, spec=spec, tx=tx, microbatches=microbatches
       ),
       donate_argnums=0,
   )
@@ -412,7 +414,7 @@ def bench_step(case, roofline, repeats, min_block_s):
     user, system = user + user_1 - user_0, system + system_1 - system_0
   _, analytic = analytic_flops(spec, b, t)
   whole = jax.jit(
-      functools.partial(train.train_step, spec=spec, tx=tx, microbatches=1)
+      functools.partial(step_lib.train_step, spec=spec, tx=tx, microbatches=1)
   )
   shape = (
       f"{spec.kind}/{spec.variant} M={spec.model_width} H={spec.num_heads} "

@@ -125,10 +125,10 @@ def base_config(kind, variant, seed, ut_seed=-1):
           log_every=100,
           checkpoint_every=500,
           # "cosine" decays to final_lr_frac at `steps`; "constant" keeps the
-          # peak after warmup (ut.training.train.lr_schedule).
+          # peak after warmup (ut.training.optimizer.lr_schedule).
           schedule="cosine",
           # Early stopping on the validation accuracy, checked at each
-          # evaluation (ut.training.train.stop_reason); 0 turns a rule off.
+          # evaluation (ut.training.loop.stop_reason); 0 turns a rule off.
           # stop_accuracy: stop at >= this at stop_evals evaluations in a row.
           stop_accuracy=0.0,
           stop_evals=2,
@@ -138,9 +138,9 @@ def base_config(kind, variant, seed, ut_seed=-1):
           plateau_delta=0.0,
           # An .npz of trainable leaves to start from instead of their random
           # draw ("embed/token", "embed/position", "unembed"), e.g. a
-          # compiled program; '' draws them (train.load_init_params).
+          # compiled program; '' draws them (checkpoint.load_init_params).
           init_params="",
-          # Split each batch over this process's devices (ut.training.train.make_step; on a
+          # Split each batch over this process's devices (ut.training.step.make_step; on a
           # CPU, launch.train --cpu_devices=N makes N of its cores devices).
           data_parallel=False,
       )

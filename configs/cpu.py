@@ -11,7 +11,7 @@ Every launcher tunes malloc on CPU with `tune_malloc` and sets NumPy's huge
 pages with `numpy_hugepages` (this file's values, or the --config's). The
 mechanisms are in ut/cpu/host.py. A run resumes with other host settings: a
 workdir's config is compared without this section
-(ut.training.train.stored_config). Expected: the same results as without the
+(ut.training.records.stored_config). Expected: the same results as without the
 overlay, bit for bit (these are today's defaults on CPU).
 """
 
@@ -36,7 +36,7 @@ def get_config():
           # or a number that divides it, e.g. "1" for the whole batch.
           microbatches="auto",
           # XLA CPU's thread pool (ut.cpu.host.start_backend): "auto" lets
-          # launch.train choose per run (ut.training.train.cpu_threads: one
+          # launch.train choose per run (ut.training.models.cpu_threads: one
           # thread where the step takes one string at a time, as at Zhong &
           # Andreas's Dyck size; else one per core) and other launchers use
           # one per core; "0": one per core; "1", "2", ...: that many.

@@ -92,7 +92,7 @@ def get_config(arg=None):
   config.model.embed_scale = args["embed_scale"]
   if args["m"]:
     config.model.m = args["m"]
-  # Train until the validation curve has flattened (ut.training.train.stop_reason).
+  # Train until the validation curve has flattened (ut.training.loop.stop_reason).
   config.train.update(
       steps=30000,
       schedule="constant",

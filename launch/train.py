@@ -2,7 +2,7 @@
 
 Data parallel on a multi-core CPU: --cpu_devices=N makes N JAX devices of the
 CPU's cores and sets config.train.data_parallel, so that each device takes
-1/N of every batch (ut.training.train.make_step; the same step up to the order of float
+1/N of every batch (ut.training.step.make_step; the same step up to the order of float
 additions; 1.17-1.76x the steps/s on 2 cores, results/bench/dp):
   python -m launch.train --config=configs/dyck.py --workdir=W --cpu_devices=2
 On several GPUs, --config.train.data_parallel=True alone.
@@ -18,6 +18,7 @@ import jax
 
 from launch import cli
 from ut.cpu import host
+from ut.training import models
 from ut.training import train
 
 _CONFIG = cli.define_config_flag("config", "Training config.")
@@ -35,7 +36,7 @@ _CPU_DEVICES = flags.DEFINE_integer(
 
 def before_backend():
   """--cpu_devices, and XLA CPU's thread pool for this run where
-  config.cpu.threads is "auto" (train.cpu_threads), before JAX starts."""
+  config.cpu.threads is "auto" (models.cpu_threads), before JAX starts."""
   if _CPU_DEVICES.value is not None:
     if _CPU_DEVICES.value < 1:
       sys.exit(f"error: --cpu_devices={_CPU_DEVICES.value} must be at least 1")
@@ -44,7 +45,7 @@ def before_backend():
   data_parallel = (_CPU_DEVICES.value or 1) > 1
   if "cpu" in config and config.cpu.threads == "auto" and not data_parallel:
     if host.cpu_expected():
-      config.cpu.threads = str(train.cpu_threads(config) or 0)
+      config.cpu.threads = str(models.cpu_threads(config) or 0)
 
 
 def main(argv):

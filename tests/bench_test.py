@@ -24,7 +24,7 @@ from configs import dyck as dyck_config
 from tests import cli_helpers
 from ut.training import data as data_lib
 from ut.training import models
-from ut.training import train
+from ut.training import step as step_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,10 +104,10 @@ def forward_flops(cases):
       "  c = {{'dyck': dyck, 'khop': khop}}[mod].get_config(arg)\n"
       "  if m: c.model.m = m\n"
       "  task = data.make_task(c)\n"
-      "  s = dataclasses.replace(train.model_spec(c, task.info), "
+      "  s = dataclasses.replace(models.model_spec(c, task.info), "
       "last_only=False)\n"
       "  p = models.init(jax.random.PRNGKey(0), s)\n"
-      "  x = train.train_batch(c, task, 0)['tokens']\n"
+      "  x = data_lib.train_batch(c, task, 0)['tokens']\n"
       "  j = jax.make_jaxpr(lambda p: models.apply(p, s, x))(p).jaxpr\n"
       "  print(dots(j), train_bench.analytic_flops(s, *x.shape)[0], "
       "x.size * s.model_width)\n"
@@ -167,11 +167,11 @@ class TrainBenchTest(absltest.TestCase):
     # The formula counts the full forward (every position's logits), not
     # Dyck's last-position one (spec.last_only).
     spec = dataclasses.replace(
-        train.model_spec(config, task.info), last_only=False
+        models.model_spec(config, task.info), last_only=False
     )
     params = models.init(jax.random.PRNGKey(0), spec)
-    batch = train.train_batch(config, task, 0)
-    jaxpr = jax.make_jaxpr(lambda p: train.loss_and_metrics(p, spec, batch))(
+    batch = data_lib.train_batch(config, task, 0)
+    jaxpr = jax.make_jaxpr(lambda p: step_lib.loss_and_metrics(p, spec, batch))(
         params
     )
 
@@ -199,7 +199,7 @@ class TrainBenchTest(absltest.TestCase):
             "-c",
             "from benchmarks import train_bench; from "
             "configs import dyck; from ut.training import data, train; c = dyck.get_config("
-            "'model=sparse,variant=attn'); s = train.model_spec(c, data.make_task("
+            "'model=sparse,variant=attn'); s = models.model_spec(c, data.make_task("
             f"c).info); print(train_bench.analytic_flops(s, {b}, {t})[0])",
         ],
         cwd=ROOT,

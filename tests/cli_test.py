@@ -27,7 +27,8 @@ from tests import cli_helpers
 from tests import reference
 from ut.cpu import host
 from ut.experiments import simulate_table
-from ut.training import train
+from ut.training import implementation
+from ut.training import models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -406,13 +407,13 @@ class CpuThreadsTest(parameterized.TestCase):
     za = dyck_config.get_config("model=random,variant=res_ln_mlp,max_len=60")
     za.model.update(m=16, num_heads=4, head_width=4, mlp_ratio=4)
     za.train.batch_size = 1000
-    self.assertEqual(train.cpu_threads(za), 1)
+    self.assertEqual(models.cpu_threads(za), 1)
     khop = khop_config.get_config("model=random,variant=res_ln,k=3")
-    self.assertIsNone(train.cpu_threads(khop))
+    self.assertIsNone(models.cpu_threads(khop))
     # An explicit cpu.microbatches counts: whole-batch steps keep every core.
     cpu_config.overlay(za)
     za.cpu.microbatches = "1"
-    self.assertIsNone(train.cpu_threads(za))
+    self.assertIsNone(models.cpu_threads(za))
 
   @pytest.mark.slow  # A fresh process: the backend starts once a process.
   def test_start_backend_restores_the_affinity_mask(self):
@@ -464,7 +465,7 @@ class HostSettingsTest(parameterized.TestCase):
         config = cli.hardware_overlay(self.parse()[0])
         self.assertNotIn("cpu", config)
         self.assertTrue(config.is_locked)
-        self.assertIsNone(train.step_microbatches(config))
+        self.assertIsNone(implementation.configured_microbatches(config))
 
   def test_compiler_options_come_from_the_cpu_section_only(self):
     with mock.patch.object(jax, "default_backend", return_value="cpu"):
@@ -472,13 +473,17 @@ class HostSettingsTest(parameterized.TestCase):
           compiler_options=dict(xla_cpu_experimental_ynn_fusion_type="")
       )
       config = dyck_config.get_config("smoke")
-      self.assertEqual(train.compiler_options(config), {})  # No section.
+      self.assertEqual(
+          implementation.compiler_options(config), {}
+      )  # No section.
       cpu_config.overlay(config)
-      self.assertEqual(train.compiler_options(config), {})  # XLA's defaults.
+      self.assertEqual(
+          implementation.compiler_options(config), {}
+      )  # XLA's defaults.
       config.cpu.ynn_fusions = False
-      self.assertEqual(train.compiler_options(config), no_ynn)
+      self.assertEqual(implementation.compiler_options(config), no_ynn)
     with mock.patch.object(jax, "default_backend", return_value="gpu"):
-      self.assertEqual(train.compiler_options(config), {})
+      self.assertEqual(implementation.compiler_options(config), {})
 
   def test_cpu_field_overrides(self):
     config, _ = self.parse(
@@ -487,9 +492,9 @@ class HostSettingsTest(parameterized.TestCase):
     with mock.patch.object(jax, "default_backend", return_value="cpu"):
       config = cli.hardware_overlay(config)
       self.assertFalse(config.cpu.ynn_fusions)
-      self.assertEqual(train.step_microbatches(config), 2)
+      self.assertEqual(implementation.configured_microbatches(config), 2)
       self.assertEqual(
-          train.compiler_options(config),
+          implementation.compiler_options(config),
           dict(compiler_options=dict(xla_cpu_experimental_ynn_fusion_type="")),
       )
     with mock.patch.object(jax, "default_backend", return_value="tpu"):

@@ -11,8 +11,9 @@ import numpy as np
 from configs import compiled_ut as compiled_config
 from tests import reference
 from tests import xla_settings
+from ut.training import checkpoint
+from ut.training import held_out
 from ut.training import models
-from ut.training import train
 from ut.training import trained_to_ut as compiled
 
 
@@ -26,7 +27,7 @@ class CompiledUTTest(parameterized.TestCase):
     config.target_config.train.steps = 30
     with xla_settings.fast_compile():  # Training the smoke target: compiles.
       cls.result = compiled.run(config, cls.workdir)
-    cls.params, cls.spec, cls.config, cls.task, _ = train.restore_params(
+    cls.params, cls.spec, cls.config, cls.task, _ = checkpoint.restore_params(
         os.path.join(cls.workdir, "target")
     )
 
@@ -35,7 +36,7 @@ class CompiledUTTest(parameterized.TestCase):
     ut_params, ut_spec, _ = compiled.compile_model(
         self.params, self.spec, construction
     )
-    batch = train.eval_batches(self.config, self.task)[0]
+    batch = held_out.eval_batches(self.config, self.task)[0]
     got = np.asarray(
         models.apply(
             ut_params,

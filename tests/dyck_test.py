@@ -27,6 +27,7 @@ from ut.errors import UserError
 from ut.experiments import dyck_protocol
 from ut.training import data as data_lib
 from ut.training import evaluate
+from ut.training import held_out
 from ut.training import train
 from ut.training.tasks import dyck
 
@@ -317,7 +318,7 @@ class ProtocolTest(absltest.TestCase):
     }
     trained = set()
     for step in range(config.train.steps):
-      batch = train.train_batch(config, task, step)
+      batch = data_lib.train_batch(config, task, step)
       trained |= set(dyck.decode(batch["tokens"]))
       np.testing.assert_array_equal(
           batch["labels"][:, -1],
@@ -333,8 +334,8 @@ class ProtocolTest(absltest.TestCase):
     )
     # Deterministic: the same (seed, step), the same batch.
     np.testing.assert_array_equal(
-        train.train_batch(config, task, 7)["tokens"],
-        train.train_batch(config, task, 7)["tokens"],
+        data_lib.train_batch(config, task, 7)["tokens"],
+        data_lib.train_batch(config, task, 7)["tokens"],
     )
 
   def test_seen_in_training_counts_trained_strings(self):
@@ -348,7 +349,9 @@ class ProtocolTest(absltest.TestCase):
     trained = {
         t
         for step in range(config.train.steps)
-        for t in dyck.decode(train.train_batch(config, plain, step)["tokens"])
+        for t in dyck.decode(
+            data_lib.train_batch(config, plain, step)["tokens"]
+        )
     }
     want = {
         s: np.mean(
@@ -363,7 +366,7 @@ class ProtocolTest(absltest.TestCase):
     config = dyck_config.get_config("smoke")
     task = data_lib.make_task(config)
     for split in ("valid", "test"):
-      batches = train.eval_batches(config, task, split)
+      batches = held_out.eval_batches(config, task, split)
       self.assertTrue(
           all(len(b["tokens"]) <= config.eval.batch_size for b in batches)
       )
@@ -372,15 +375,15 @@ class ProtocolTest(absltest.TestCase):
           task.held_out(split)["tokens"],
       )
     np.testing.assert_array_equal(
-        train.eval_batches(config, task)[0]["tokens"],
-        train.eval_batches(config, task, "valid")[0]["tokens"],
+        held_out.eval_batches(config, task)[0]["tokens"],
+        held_out.eval_batches(config, task, "valid")[0]["tokens"],
     )
     khop = khop_config.get_config("smoke")
     khop_task = data_lib.make_task(khop)
     # k-hop has no fixed sets: streams (seed, 1) and (seed, 2), of eval.num.
     valid, test = (
         np.concatenate(
-            [b["tokens"] for b in train.eval_batches(khop, khop_task, s)]
+            [b["tokens"] for b in held_out.eval_batches(khop, khop_task, s)]
         )
         for s in ("valid", "test")
     )
@@ -393,7 +396,7 @@ class ProtocolTest(absltest.TestCase):
     )
     self.assertFalse(np.array_equal(valid, test))
     with self.assertRaisesRegex(UserError, r"held-out split 'train'"):
-      train.eval_batches(khop, khop_task, "train")
+      held_out.eval_batches(khop, khop_task, "train")
 
   def test_bad_held_out_settings_are_user_errors(self):
     for field, value in (("test_num", -1), ("valid_seed", -2)):
@@ -528,7 +531,9 @@ class DefaultModelTest(absltest.TestCase):
 
   def test_test_metrics_score_the_fixed_test_set(self):
     model = evaluate.load(self.workdir)
-    got = train.test_metrics(model.params, model.spec, model.config, model.task)
+    got = held_out.test_metrics(
+        model.params, model.spec, model.config, model.task
+    )
     batch = model.task.held_out("test")
     preds = evaluate.predict_classes(model.params, model.spec, batch["tokens"])[
         :, -1
@@ -541,8 +546,10 @@ class DefaultModelTest(absltest.TestCase):
     self.assertEqual(got, {k: self.final[k] for k in got})  # In metrics.json.
     self.assertTrue(math.isfinite(got["test_loss"]))
     # The validation set is what the loop scored.
-    valid = train.held_out_metrics(
-        model.params, model.spec, train.eval_batches(model.config, model.task)
+    valid = held_out.held_out_metrics(
+        model.params,
+        model.spec,
+        held_out.eval_batches(model.config, model.task),
     )
     self.assertEqual(valid["accuracy"], self.final["eval_accuracy"])
     report = dyck_protocol.workdir_report(self.workdir)

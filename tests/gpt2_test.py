@@ -14,9 +14,12 @@ from tests import reference
 from tests import xla_settings
 from ut.errors import UserError
 from ut.experiments import sweep
+from ut.training import checkpoint
 from ut.training import data
 from ut.training import gpt2
 from ut.training import models
+from ut.training import optimizer
+from ut.training import step as step_lib
 from ut.training import train
 from ut.training.tasks import dyck
 
@@ -94,7 +97,7 @@ class ForwardTest(parameterized.TestCase):
     params = models.init(jax.random.PRNGKey(0), spec)
     task_batch = data.make_task(dyck_config.get_config("model=gpt2_random,smoke"))
     batch = task_batch.batch(16, seed=0)
-    grads = jax.grad(lambda p: train.loss_and_metrics(p, spec, batch)[0])(params)
+    grads = jax.grad(lambda p: step_lib.loss_and_metrics(p, spec, batch)[0])(params)
     labels = models.labels(params, spec)
     for (path, g), label in zip(
         jax.tree_util.tree_leaves_with_path(grads), jax.tree.leaves(labels)
@@ -208,7 +211,7 @@ class OptimiserTest(absltest.TestCase):
     config.train.grad_clip = 1e6  # No clipping: the rule alone.
     spec = za_spec(kind="gpt2")
     params = models.init(jax.random.PRNGKey(0), spec)
-    tx, schedule = train.make_optimizer(config, params, spec)
+    tx, schedule = optimizer.make_optimizer(config, params, spec)
     state = tx.init(params)
     rng = np.random.default_rng(0)
     grads = [
@@ -250,7 +253,7 @@ class OptimiserTest(absltest.TestCase):
     spec = za_spec()
     params = models.init(jax.random.PRNGKey(0), spec)
     with self.assertRaisesRegex(UserError, r"decay_on='biases'; use one of"):
-      train.make_optimizer(config, params, spec)
+      optimizer.make_optimizer(config, params, spec)
 
 
 class ConfigTest(absltest.TestCase):
@@ -311,7 +314,7 @@ class TrainTest(absltest.TestCase):
     final = train.train_and_evaluate(config, workdir)
     self.assertEqual(final["kind"], "gpt2_random")
     self.assertEqual(final["trainable_params"], 4 * 16 + 9 * 16 + 16 * 2)
-    params, spec, _, _, _ = train.restore_params(workdir)
+    params, spec, _, _, _ = checkpoint.restore_params(workdir)
     before = models.init(jax.random.PRNGKey(config.seed), spec)
     labels = models.labels(params, spec)
     for a, b, label in zip(

@@ -105,9 +105,20 @@ class ImportsTest(parameterized.TestCase):
     self.assertIn("json.load", found)
 
   def test_checker_sees_imports(self):
-    # Not vacuous: the training models import the CPU forward at module level.
-    found = imports(os.path.join(ROOT, "ut", "training", "models.py"))
+    # Not vacuous: the model's implementation switch imports the CPU forward
+    # at module level.
+    found = imports(os.path.join(ROOT, "ut", "training", "implementation.py"))
     self.assertIn(("ut.cpu.forward", True), found)
+
+  def test_training_meets_cpu_in_the_implementation_switch_only(self):
+    for path in package_files("ut.training"):
+      if path == os.path.join("ut", "training", "implementation.py"):
+        continue
+      for name, _ in imports(os.path.join(ROOT, path)):
+        self.assertFalse(
+            name == "ut.cpu" or name.startswith("ut.cpu."),
+            f"{path} imports {name}",
+        )
 
 
 if __name__ == "__main__":

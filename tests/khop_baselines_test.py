@@ -10,7 +10,7 @@ from configs import khop as khop_config
 from ut.errors import UserError
 from ut.experiments import khop_baselines
 from ut.training import data as data_lib
-from ut.training import train
+from ut.training import held_out
 
 
 def _python_baselines(config, train_strings):
@@ -18,12 +18,12 @@ def _python_baselines(config, train_strings):
   task = data_lib.make_task(config)
   rows, step = [], 0
   while len(rows) < train_strings:
-    b = train.train_batch(config, task, step)
+    b = data_lib.train_batch(config, task, step)
     rows += list(zip(b["tokens"], b["labels"], b["mask"]))
     step += 1
   test = [
       r
-      for b in train.eval_batches(config, task, "test")
+      for b in held_out.eval_batches(config, task, "test")
       for r in zip(b["tokens"], b["labels"], b["mask"])
   ]
   out = {}

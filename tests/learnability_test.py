@@ -21,7 +21,10 @@ from tests import xla_settings
 from ut.experiments import learnability
 from ut.experiments import sweep
 from ut.io import plots
+from ut.training import checkpoint
 from ut.training import data as data_lib
+from ut.training import held_out
+from ut.training import models
 from ut.training import train
 
 
@@ -31,7 +34,7 @@ def _read_json(workdir):
 
 
 def _spec(config):
-  return train.model_spec(config, data_lib.make_task(config).info)
+  return models.model_spec(config, data_lib.make_task(config).info)
 
 
 class LearnabilityRunTest(absltest.TestCase):
@@ -90,7 +93,7 @@ class LearnabilityRunTest(absltest.TestCase):
 
   def test_noise_zero_starts_at_the_targets_accuracy(self):
     # Independent of the UT: the target itself scored on each run's test set.
-    params, spec, _, task, _ = train.restore_params(
+    params, spec, _, task, _ = checkpoint.restore_params(
         os.path.join(self.workdir, "target")
     )
     for ut in self.config.constructions:
@@ -100,7 +103,7 @@ class LearnabilityRunTest(absltest.TestCase):
           got = json.load(f)["start_accuracy"]
         run_config = self.config.ut.copy_and_resolve_references()
         run_config.seed = seed
-        want = train.test_metrics(params, spec, run_config, task)
+        want = held_out.test_metrics(params, spec, run_config, task)
         self.assertAlmostEqual(got, want["test_accuracy"], places=6, msg=name)
 
   def test_outputs_and_rerun_keeps_finished_runs(self):
@@ -381,7 +384,7 @@ class InitParamsTest(absltest.TestCase):
     super().setUp()
     self.config = khop_config.get_config("model=sparse,variant=attn,smoke")
     self.spec = _spec(self.config)
-    self.drawn = train.init_state(self.config, self.spec)[0].params
+    self.drawn = checkpoint.init_state(self.config, self.spec)[0].params
     self.path = os.path.join(self.create_tempdir().full_path, "init.npz")
 
   def test_named_leaves_are_replaced_and_others_kept(self):
@@ -390,7 +393,7 @@ class InitParamsTest(absltest.TestCase):
     ).reshape(self.drawn["embed"]["token"].shape)
     np.savez(self.path, **{"embed/token": token})
     self.config.train.init_params = self.path
-    params = train.init_state(self.config, self.spec)[0].params
+    params = checkpoint.init_state(self.config, self.spec)[0].params
     np.testing.assert_array_equal(params["embed"]["token"], token)
     for got, want in (
         (params["embed"]["position"], self.drawn["embed"]["position"]),
@@ -399,7 +402,7 @@ class InitParamsTest(absltest.TestCase):
       np.testing.assert_array_equal(got, want)
     # A restore builds the tree without the file.
     os.remove(self.path)
-    params = train.init_state(self.config, self.spec, warm_start=False)[
+    params = checkpoint.init_state(self.config, self.spec, warm_start=False)[
         0
     ].params
     jax.tree.map(np.testing.assert_array_equal, params, self.drawn)
@@ -419,14 +422,14 @@ class InitParamsTest(absltest.TestCase):
     for arrays, pattern in cases:
       np.savez(self.path, **arrays)
       cli_helpers.assert_user_error(
-          self, pattern, train.init_state, self.config, self.spec
+          self, pattern, checkpoint.init_state, self.config, self.spec
       )
     with open(self.path, "w") as f:
       f.write("not an npz")
     cli_helpers.assert_user_error(
         self,
         r"is not a readable .npz file",
-        train.init_state,
+        checkpoint.init_state,
         self.config,
         self.spec,
     )

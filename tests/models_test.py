@@ -31,8 +31,10 @@ from ut.core.constructions import sparse
 from ut.cpu import forward as cpu_forward
 from ut.errors import UserError
 from ut.training import data as data_lib
+from ut.training import implementation
 from ut.training import models
-from ut.training import train
+from ut.training import records
+from ut.training import step as step_lib
 
 B, T = 3, 6
 VOCAB, MAX_LEN, CLASSES = 5, 7, 3
@@ -418,8 +420,8 @@ class ModelsTest(chex.TestCase):
     for (module, arg), want in cases.items():
       config = module.get_config(arg)
       task = data_lib.make_task(config)
-      spec = train.model_spec(config, task.info)
-      n = train.train_batch(config, task, 0)["tokens"].shape[1]
+      spec = models.model_spec(config, task.info)
+      n = data_lib.train_batch(config, task, 0)["tokens"].shape[1]
       paths, levels = (
           cpu_forward.sparse_string_costs(spec, n, spec.last_only)
           if spec.kind == "sparse"
@@ -453,11 +455,11 @@ class ModelsTest(chex.TestCase):
 
   def test_auto_impl_follows_the_backend(self):
     want = "xla_cpu" if jax.default_backend() == "cpu" else "reference"
-    self.assertEqual(models.resolve_impl("auto"), want)
+    self.assertEqual(implementation.resolve_impl("auto"), want)
     for impl in ("reference", "xla_cpu"):
-      self.assertEqual(models.resolve_impl(impl), impl)
+      self.assertEqual(implementation.resolve_impl(impl), impl)
     with self.assertRaisesRegex(UserError, "impl='gpu'.*reference.*xla_cpu"):
-      models.resolve_impl("gpu")
+      implementation.resolve_impl("gpu")
 
   def test_sparse_init_draws_in_the_old_block_order(self):
     """The sparse kind's E, U and MLP are the numbers init drew before the
@@ -783,9 +785,9 @@ class LastOnlyTest(parameterized.TestCase):
     )
     with jax.enable_x64(True):
       p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
-      # The frozen maps one array per stack and head (what `train.make_step`
+      # The frozen maps one array per stack and head (what `step_lib.make_step`
       # passes the step), read by the same forward.
-      split = models.split_frozen(p64, spec, t)
+      split = implementation.split_frozen(p64, spec, t)
       self.assertTrue(cpu_forward.is_split(split["layers"]))
       for last_only in (False, True):
         want = logits_and_grads(p64, ref_apply, last_only)
@@ -910,8 +912,8 @@ class LastOnlyTest(parameterized.TestCase):
       config = khop_config.get_config(arg)
       config.model.m = m
       task = data_lib.make_task(config)
-      spec = train.model_spec(config, task.info)
-      b, t = train.train_batch(config, task, 0)["tokens"].shape
+      spec = models.model_spec(config, task.info)
+      b, t = data_lib.train_batch(config, task, 0)["tokens"].shape
       self.assertEqual((b, t), (32, 32))
       costs = cpu_forward.residual_costs(spec, b, t)
       self.assertEqual(
@@ -921,11 +923,11 @@ class LastOnlyTest(parameterized.TestCase):
       )
       # The training step then takes the batch whole.
       if want:
-        self.assertEqual(train.default_microbatches(b, t, spec), 1)
+        self.assertEqual(implementation.microbatches(b, t, spec), 1)
     config = dyck_config.get_config("model=random,variant=res_ln")
     task = data_lib.make_task(config)
-    spec = train.model_spec(config, task.info)
-    b, t = train.train_batch(config, task, 0)["tokens"].shape
+    spec = models.model_spec(config, task.info)
+    b, t = data_lib.train_batch(config, task, 0)["tokens"].shape
     self.assertFalse(
         cpu_forward.residual_coefficient_form(spec, b, t, spec.last_only)
     )
@@ -933,7 +935,7 @@ class LastOnlyTest(parameterized.TestCase):
   def test_split_layers_hold_the_stacked_maps_and_serve_the_form_only(self):
     spec = make_spec("random", "attn", num_layers=2, impl="xla_cpu")
     params, tokens = make_inputs(spec, seed=3)
-    split = models.split_frozen(params, spec, T)["layers"]
+    split = implementation.split_frozen(params, spec, T)["layers"]
     for name in ("wq", "wk", "wv"):
       stacked = np.asarray(params["layers"][name])
       self.assertLen(split[name], stacked.shape[0])
@@ -947,8 +949,8 @@ class LastOnlyTest(parameterized.TestCase):
         dataclasses.replace(spec, variant="res_ln"),
         make_spec("trained", "attn", impl="xla_cpu"),
     ):
-      self.assertFalse(models.splits_layers(other, T))
-      self.assertIs(models.split_frozen(params, other, T), params)
+      self.assertFalse(implementation.splits_layers(other, T))
+      self.assertIs(implementation.split_frozen(params, other, T), params)
     m_wide = dataclasses.replace(spec, m=4)  # Below the form's rule.
     self.assertFalse(cpu_forward.coefficient_form(m_wide, T))
     with self.assertRaisesRegex(ValueError, "coefficient form only"):
@@ -1025,11 +1027,11 @@ class ImplConfigTest(parameterized.TestCase):
     config = dyck_config.get_config("smoke")
     self.assertEqual(config.model.impl, "auto")
     config.model.impl = "reference"
-    spec = train.model_spec(config, data_lib.make_task(config).info)
+    spec = models.model_spec(config, data_lib.make_task(config).info)
     self.assertEqual(spec.impl, "reference")
     recorded = json.loads(config.to_json_best_effort())
     del recorded["model"]["impl"]  # A run recorded before model.impl.
-    self.assertEqual(train.stored_config(recorded)["model"]["impl"], "auto")
+    self.assertEqual(records.stored_config(recorded)["model"]["impl"], "auto")
 
 
 class SparseRouteLayerTest(chex.TestCase):

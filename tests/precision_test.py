@@ -10,6 +10,7 @@ import jax
 from configs import khop
 from ut.errors import UserError
 from ut.training import precision
+from ut.training import records
 from ut.training import train
 
 
@@ -53,7 +54,7 @@ class PrecisionTest(absltest.TestCase):
     self.assertEqual(out["highest"], out["default"])
 
   def test_old_run_configs_read_as_highest(self):
-    stored = train.stored_config({"seed": 0, "train": {}, "model": {}})
+    stored = records.stored_config({"seed": 0, "train": {}, "model": {}})
     self.assertEqual(stored["precision"], "highest")
 
 

@@ -33,8 +33,13 @@ from ut.experiments import sweep
 from ut.experiments.sweep import rules
 from ut.experiments.sweep import runs as sweep_runs
 from ut.io import reports
+from ut.training import checkpoint
 from ut.training import data as data_lib
+from ut.training import held_out
+from ut.training import implementation
+from ut.training import loop
 from ut.training import models
+from ut.training import step as step_lib
 from ut.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -138,14 +143,23 @@ class SweepTest(absltest.TestCase):
     self.assertEqual(sweep.group_key(configs[0]), sweep.group_key(configs[1]))
     # The group and a single run go through the same loop, step, batches and
     # evaluation (every eval.every steps, for each run).
-    shared = ("train_loop", "train_step", "train_batch", "held_out_metrics")
-    spies = {
-        name: mock.patch.object(train, name, wraps=getattr(train, name))
-        for name in shared
-    }
+    # Each function's module, and ut.training.train's name for it, where the
+    # sweep reaches it through that module: one spy in both places.
+    homes = dict(
+        train_loop=loop,
+        train_step=step_lib,
+        train_batch=data_lib,
+        held_out_metrics=held_out,
+    )
+    shared = tuple(homes)
     calls = {}
     with contextlib.ExitStack() as stack:
-      spied = {name: stack.enter_context(p) for name, p in spies.items()}
+      spied = {}
+      for name, home in homes.items():
+        spied[name] = mock.MagicMock(wraps=getattr(home, name))
+        stack.enter_context(mock.patch.object(home, name, spied[name]))
+        if hasattr(train, name):
+          stack.enter_context(mock.patch.object(train, name, spied[name]))
       got = sweep.train_group(configs)
       calls["group"] = {name: spied[name].call_count for name in shared}
       for spy in spied.values():
@@ -162,7 +176,7 @@ class SweepTest(absltest.TestCase):
     steps, evals = configs[0].train.steps, steps_evaluated(configs[0])
     padded = len(configs) + -len(configs) % jax.device_count()
     self.assertEqual(calls["group"]["train_batch"], steps * padded)
-    # And once more per run at the end: the fixed test set (train.test_metrics).
+    # And once more per run at the end: the fixed test set (held_out.test_metrics).
     for path in ("group", "single"):
       self.assertEqual(
           calls[path]["held_out_metrics"], (evals + 1) * len(configs), path
@@ -196,7 +210,7 @@ class SweepTest(absltest.TestCase):
     ]
     tmp = self.create_tempdir().full_path
     split = mock.patch.object(
-        train, "default_microbatches", return_value=2, autospec=True
+        implementation, "microbatches", return_value=2, autospec=True
     )
     with split as rule:
       got = sweep.train_group(configs)
@@ -227,7 +241,7 @@ class SweepTest(absltest.TestCase):
     rule = lambda tc, curve: (
         "test stop" if tc.lr == 1e-3 and len(curve) >= 2 else None
     )
-    batch = train.train_batch
+    batch = data_lib.train_batch
 
     def interrupted(config, task, step):
       if step == 9:
@@ -235,15 +249,18 @@ class SweepTest(absltest.TestCase):
       return batch(config, task, step)
 
     folder = os.path.join(self.create_tempdir().full_path, "group")
-    with mock.patch.object(train, "stop_reason", rule):
+    with mock.patch.object(loop, "stop_reason", rule):
       want = sweep.train_group(configs)
+      # The sweep reaches the batches and the loop through ut.training.train.
       with mock.patch.object(train, "train_batch", interrupted):
         with self.assertRaises(KeyboardInterrupt):
           sweep.train_group(configs, folder)
       # Only the trained leaves are kept (E and U): the frozen UT is redrawn.
       with np.load(os.path.join(folder, "stopped_0.npz")) as saved:
-        spec = train.model_spec(configs[0], data_lib.make_task(configs[0]).info)
-        params = train.init_state(configs[0], spec)[0].params
+        spec = models.model_spec(
+            configs[0], data_lib.make_task(configs[0]).info
+        )
+        params = checkpoint.init_state(configs[0], spec)[0].params
         trained = [
             p.shape
             for p, l in zip(
@@ -255,12 +272,12 @@ class SweepTest(absltest.TestCase):
         self.assertEqual([saved[k].shape for k in saved.files], trained)
         self.assertLess(len(trained), len(jax.tree.leaves(params)))
       with mock.patch.object(
-          train, "train_loop", wraps=train.train_loop
-      ) as loop:
+          train, "train_loop", wraps=loop.train_loop
+      ) as looped:
         got = sweep.train_group(configs, folder)
-    self.assertEqual(loop.call_args.kwargs["start_step"], 8)
+    self.assertEqual(looped.call_args.kwargs["start_step"], 8)
     self.assertEqual(
-        loop.call_args.kwargs["resumed"]["stopped"], {0: (4, "test stop")}
+        looped.call_args.kwargs["resumed"]["stopped"], {0: (4, "test stop")}
     )
     for i in range(2):
       self.assertEqual(got[i].pop("resumed_at_step"), 8)
@@ -270,11 +287,11 @@ class SweepTest(absltest.TestCase):
       )
     self.assertEqual([r["step"] for r in got], [4, 12])
     # Run 1's last evaluation is its end: the test score recorded there is
-    # the one `train.test_metrics` gives its final params.
+    # the one `held_out.test_metrics` gives its final params.
     self.assertEqual(got[1]["test_curve"][-1][1], got[1]["test_accuracy"])
     # Frozen UTs other than those it trained with (as after a change in the
     # code that draws them) are refused: the folder's frozen sums differ.
-    sums_path = os.path.join(folder, train.FROZEN_SUMS)
+    sums_path = os.path.join(folder, checkpoint.FROZEN_SUMS)
     with open(sums_path) as f:
       sums = json.load(f)
     self.assertIn("layers/wq", sums)
@@ -320,7 +337,7 @@ class SweepTest(absltest.TestCase):
     rule = lambda tc, curve: (
         "test stop" if tc.lr == 1e-3 and len(curve) >= 2 else None
     )
-    with mock.patch.object(train, "stop_reason", rule):
+    with mock.patch.object(loop, "stop_reason", rule):
       got = sweep.train_group(configs)
     every = configs[0].eval.every
     tmp = self.create_tempdir().full_path
@@ -875,7 +892,7 @@ class SweepTest(absltest.TestCase):
     # The frozen weights (the UT and its MLP) differ between seeds.
     task = data_lib.make_task(runs[0][1])
     params = [
-        train.init_state(c, train.model_spec(c, task.info))[0].params
+        checkpoint.init_state(c, models.model_spec(c, task.info))[0].params
         for _, c in runs
     ]
     for frozen in (("layers", "wq"), ("mlp", "w1")):

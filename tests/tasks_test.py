@@ -22,7 +22,6 @@ from configs import khop as khop_config
 from tests import cli_helpers
 from ut.errors import UserError
 from ut.training import data as data_lib
-from ut.training import train
 from ut.training.tasks import dyck
 from ut.training.tasks import GENERATORS
 from ut.training.tasks import khop
@@ -404,7 +403,9 @@ class DyckBaselineTest(absltest.TestCase):
       trained = {
           t
           for step in range(config.train.steps)
-          for t in dyck.decode(train.train_batch(config, task, step)["tokens"])
+          for t in dyck.decode(
+              data_lib.train_batch(config, task, step)["tokens"]
+          )
       }
       self.assertEqual(
           report["seen_in_training"], {"0": {"valid": 0, "test": 0}}

@@ -36,8 +36,15 @@ from tests import cli_helpers
 from tests import xla_settings
 from ut.cpu import host
 from ut.errors import UserError
+from ut.training import checkpoint
 from ut.training import data as data_lib
+from ut.training import held_out
+from ut.training import implementation
+from ut.training import loop
 from ut.training import models
+from ut.training import optimizer
+from ut.training import records
+from ut.training import step as step_lib
 from ut.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,8 +96,8 @@ def labels_by_name(params, spec):
 
 def initial_params(config):
   """The parameters a run starts from, built independently of its workdir."""
-  spec = train.model_spec(config, data_lib.make_task(config).info)
-  state, _, _ = train.init_state(config, spec)
+  spec = models.model_spec(config, data_lib.make_task(config).info)
+  state, _, _ = checkpoint.init_state(config, spec)
   return leaves_by_name(state.params)
 
 
@@ -270,11 +277,11 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     tc = smoke_config().train
     tc.update(rules)
     curve = [(100 * (i + 1), a) for i, a in enumerate(accs)]
-    self.assertEqual(train.stop_reason(tc, curve) is not None, stops)
+    self.assertEqual(loop.stop_reason(tc, curve) is not None, stops)
 
   def test_constant_schedule_keeps_the_peak(self):
     tc = smoke_config(steps=100, warmup_steps=10, schedule="constant").train
-    schedule = train.lr_schedule(tc, 0.5)
+    schedule = optimizer.lr_schedule(tc, 0.5)
     self.assertAlmostEqual(float(schedule(5)), 0.25)
     for step in (10, 50, 99, 1000):
       self.assertAlmostEqual(float(schedule(step)), 0.5)
@@ -285,21 +292,21 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     its loss, counts and gradients equal those of the full forward."""
     config = smoke_config(arg=f"model={kind},variant=res_ln_mlp")
     task = data_lib.make_task(config)
-    spec = train.model_spec(config, task.info)
+    spec = models.model_spec(config, task.info)
     self.assertTrue(spec.last_only)
     self.assertFalse(
-        train.model_spec(
+        models.model_spec(
             smoke_config("khop"), data_lib.make_task(smoke_config("khop")).info
         ).last_only
     )
     full = dataclasses.replace(spec, last_only=False)
-    params = train.init_state(config, spec)[0].params
-    batch = train.train_batch(config, task, 0)
-    grad = lambda s: jax.grad(lambda p: train.loss_and_metrics(p, s, batch)[0])(
-        params
-    )
+    params = checkpoint.init_state(config, spec)[0].params
+    batch = data_lib.train_batch(config, task, 0)
+    grad = lambda s: jax.grad(
+        lambda p: step_lib.loss_and_metrics(p, s, batch)[0]
+    )(params)
     got, want = (
-        train.loss_and_metrics(params, s, batch)[1] for s in (spec, full)
+        step_lib.loss_and_metrics(params, s, batch)[1] for s in (spec, full)
     )
     np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-5)
     self.assertEqual(int(got["correct"]), int(want["correct"]))
@@ -310,11 +317,11 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     config = smoke_config(arg="model=random,variant=res_ln_mlp")
     workdir = self.create_tempdir().full_path
     final = train.train_and_evaluate(config, workdir)
-    params, spec, _, _, step = train.restore_params(workdir)
+    params, spec, _, _, step = checkpoint.restore_params(workdir)
     self.assertEqual(step, config.train.steps)
     # The checkpoint keeps no frozen leaf (restore_params takes them from the
     # initial state); the trained state's checksum covers them all.
-    self.assertEqual(train.param_checksum(params), final["param_checksum"])
+    self.assertEqual(loop.param_checksum(params), final["param_checksum"])
     before, after = initial_params(config), leaves_by_name(params)
     self.assertEqual(set(before), set(after))
     labels = labels_by_name(params, spec)
@@ -351,7 +358,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
 
     before = initial_params(config)
     trainable = ("embed/position", "embed/token", "unembed")
-    mngr = train.checkpoint_manager(whole)
+    mngr = checkpoint.checkpoint_manager(whole)
     tree = mngr.item_metadata(4).tree
     self.assertEqual(set(tree), {"step", "trainable", "opt_state"})
     self.assertEqual(
@@ -367,13 +374,10 @@ class TrainAndEvaluateTest(parameterized.TestCase):
         v.nbytes for k, v in before.items() if k not in trainable
     )
     self.assertLess(saved_bytes, frozen_bytes)
-    state = train.restore_checkpoint(
-        mngr,
-        2,
-        train.init_state(
-            config, train.model_spec(config, data_lib.make_task(config).info)
-        )[0],
-        train.model_spec(config, data_lib.make_task(config).info),
+    spec = models.model_spec(config, data_lib.make_task(config).info)
+    initial = checkpoint.init_state(config, spec)[0]
+    state = checkpoint.restore_checkpoint(
+        mngr, 2, initial, models.labels(initial.params, spec)
     )
     mngr.close()
 
@@ -389,7 +393,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
 
     def whole_state(workdir):  # What checkpoints held before.
       shutil.rmtree(os.path.join(workdir, "checkpoints", "2"))
-      old = train.checkpoint_manager(workdir)
+      old = checkpoint.checkpoint_manager(workdir)
       old.save(2, args=ocp.args.StandardSave(state))
       old.wait_until_finished()
       self.assertIn("layers", old.item_metadata(2).tree["params"])
@@ -401,7 +405,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
 
     # The run recorded its frozen leaves' sums; a resume onto another draw
     # (here: a sum changed by 1e-4 of itself) is refused and trains nothing.
-    sums_path = os.path.join(whole, train.FROZEN_SUMS)
+    sums_path = os.path.join(whole, checkpoint.FROZEN_SUMS)
     sums = read_json(sums_path)
     self.assertEqual(
         sums,
@@ -433,7 +437,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     config = smoke_config(arg="model=trained,variant=res_ln_mlp")
     workdir = self.create_tempdir().full_path
     train.train_and_evaluate(config, workdir)
-    params, spec, _, _, _ = train.restore_params(workdir)
+    params, spec, _, _, _ = checkpoint.restore_params(workdir)
     self.assertEqual(set(labels_by_name(params, spec).values()), {"train"})
     before, after = initial_params(config), leaves_by_name(params)
     for name in (
@@ -456,12 +460,12 @@ class TrainAndEvaluateTest(parameterized.TestCase):
         "khop", f"model={kind},variant=res_ln_mlp", batch_size=8
     )
     task = data_lib.make_task(config)
-    spec = train.model_spec(config, task.info)
-    state, tx, _ = train.init_state(config, spec)
-    batch = train.train_batch(config, task, 0)
+    spec = models.model_spec(config, task.info)
+    state, tx, _ = checkpoint.init_state(config, spec)
+    batch = data_lib.train_batch(config, task, 0)
     steps = [
         jax.jit(
-            lambda s, b, n=n: train.train_step(
+            lambda s, b, n=n: step_lib.train_step(
                 s, b, spec=spec, tx=tx, microbatches=n
             )
         )(state, batch)
@@ -480,9 +484,9 @@ class TrainAndEvaluateTest(parameterized.TestCase):
   def test_microbatched_eval_equals_numpy_counts(self, kind):
     config = smoke_config("khop", f"model={kind},variant=res_ln_mlp")
     task = data_lib.make_task(config)
-    spec = train.model_spec(config, task.info)
-    params = train.init_state(config, spec)[0].params
-    batch = train.eval_batches(config, task)[0]
+    spec = models.model_spec(config, task.info)
+    params = checkpoint.init_state(config, spec)[0].params
+    batch = held_out.eval_batches(config, task)[0]
     # Counted in numpy from the whole batch's logits.
     logits = np.asarray(models.apply(params, spec, batch["tokens"]))
     labels, mask = np.asarray(batch["labels"]), np.asarray(batch["mask"])
@@ -496,9 +500,9 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     loss = (nll * valid).sum() / valid.sum()
     # The data-parallel path (here on this process's device mesh; on 2 devices:
     # CommandLineTest.test_data_parallel_run_matches_one_device_run).
-    dp_step = train.data_parallel_eval_step(spec, train.batch_mesh())
+    dp_step = held_out.data_parallel_eval_step(spec, step_lib.batch_mesh())
     for metrics in [
-        train.eval_step(params, batch, spec=spec, microbatches=n)
+        held_out.eval_step(params, batch, spec=spec, microbatches=n)
         for n in (1, 4)
     ] + [dp_step(params, batch)]:
       self.assertEqual(int(metrics["correct"]), correct)
@@ -512,74 +516,78 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     sparse_k4 = spec("sparse", num_layers=5, width=32)  # m = 4000.
     self.assertEqual(sparse_k4.model_width, 4000)
     # 32 x (32 x 4000 + 2 x 32^2) / 2^17 = 31.75: the largest divisor is 16.
-    self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 16)
+    self.assertEqual(implementation.microbatches(32, 32, sparse_k4), 16)
     # 256 x (64 x 256 + 2 x 64^2) / (5 x 256^2) = 19.2.
-    self.assertEqual(train.default_microbatches(256, 64, spec("random")), 16)
+    self.assertEqual(implementation.microbatches(256, 64, spec("random")), 16)
     self.assertEqual(
-        train.default_microbatches(32, 32, spec("trained", width=64)), 1
+        implementation.microbatches(32, 32, spec("trained", width=64)), 1
     )
-    self.assertEqual(train.default_microbatches(32, 32, spec("random")), 1)
+    self.assertEqual(implementation.microbatches(32, 32, spec("random")), 1)
     # An MLP's hidden width counts: 64 x (64 x 512 + 2 x 64^2) / (5 x 256^2)
     # = 8, against 4 without the MLP.
     mlp = models.ModelSpec("random", "res_ln_mlp", 6, 64, 4, mlp_ratio=1)
-    self.assertEqual(train.default_microbatches(64, 64, mlp), 8)
-    self.assertEqual(train.default_microbatches(64, 64, spec("random")), 4)
+    self.assertEqual(implementation.microbatches(64, 64, mlp), 8)
+    self.assertEqual(implementation.microbatches(64, 64, spec("random")), 4)
     # The attention scores count: 128 x (61 x 64 + 2 x 61^2) / 2^17 = 11.1
     # (3.8 without them).
     trained = models.ModelSpec("trained", "attn", 4, 61, 2, width=64)
-    self.assertEqual(train.default_microbatches(128, 61, trained), 8)
+    self.assertEqual(implementation.microbatches(128, 61, trained), 8)
     # The random UT's budget grows with m^2: 128 x (61 x 512 + 2 x 61^2) /
     # (5 x 512^2) = 3.8.
     wide = models.ModelSpec("random", "res_ln", 4, 61, 2, m=512)
-    self.assertEqual(train.default_microbatches(128, 61, wide), 2)
+    self.assertEqual(implementation.microbatches(128, 61, wide), 2)
     # Attention-only, it has the coefficient form (no m-wide state; its
     # widest state 2 x (61 + 4) = 130 <= m): the batch whole. With the
     # reference implementation, or at m = 64 < 130, the rule above.
     attn = dataclasses.replace(wide, variant="attn")
-    self.assertEqual(train.default_microbatches(128, 61, attn), 1)
+    self.assertEqual(implementation.microbatches(128, 61, attn), 1)
     self.assertEqual(
-        train.default_microbatches(
+        implementation.microbatches(
             128, 61, dataclasses.replace(attn, impl="reference")
         ),
         2,
     )
     narrow_attn = dataclasses.replace(attn, m=64)
     # 128 x (61 x 64 + 2 x 61^2) / (5 x 64^2) = 72.9: 64 parts.
-    self.assertEqual(train.default_microbatches(128, 61, narrow_attn), 64)
+    self.assertEqual(implementation.microbatches(128, 61, narrow_attn), 64)
     # A narrow random UT whose attention dominates runs one string a part
     # (Zhong & Andreas's size: m = 16, 4 heads, T = 61).
     narrow = models.ModelSpec(
         "random", "res_ln_mlp", 4, 61, 2, num_heads=4, m=16, mlp_ratio=4
     )
-    self.assertEqual(train.default_microbatches(1000, 61, narrow), 1000)
+    self.assertEqual(implementation.microbatches(1000, 61, narrow), 1000)
     with mock.patch.object(jax, "default_backend", return_value="cpu"):
       with self.assertRaisesRegex(ValueError, "width m"):
         host.microbatches(8, 8, kind="random", width=16, num_heads=2)
     # Always a divisor of the batch, and never more microbatches than strings.
-    self.assertEqual(train.default_microbatches(30, 32, sparse_k4), 15)
-    self.assertEqual(train.default_microbatches(2, 128, sparse_k4), 2)
+    self.assertEqual(implementation.microbatches(30, 32, sparse_k4), 15)
+    self.assertEqual(implementation.microbatches(2, 128, sparse_k4), 2)
 
   def test_whole_batch_off_cpu(self):
     sparse_k4 = models.ModelSpec(
         "sparse", "res_ln", 6, 32, 4, num_layers=5, width=32
     )
     with mock.patch.object(jax, "default_backend", return_value="cpu"):
-      self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 16)
+      self.assertEqual(implementation.microbatches(32, 32, sparse_k4), 16)
     with mock.patch.object(jax, "default_backend", return_value="gpu"):
-      self.assertEqual(train.default_microbatches(32, 32, sparse_k4), 1)
+      self.assertEqual(implementation.microbatches(32, 32, sparse_k4), 1)
 
   @parameterized.named_parameters(("auto", "auto", None), ("two", "2", 2))
   def test_cpu_microbatches_reach_the_step(self, value, parts):
     config = smoke_config(arg="model=random")  # Batch 8: 1 part by default.
-    self.assertIsNone(train.step_microbatches(config))  # No cpu section.
+    self.assertIsNone(
+        implementation.configured_microbatches(config)
+    )  # No cpu section.
     cpu_config.overlay(config).cpu.microbatches = value
-    self.assertEqual(train.step_microbatches(config), parts)
+    self.assertEqual(implementation.configured_microbatches(config), parts)
     task = data_lib.make_task(config)
-    spec = train.model_spec(config, task.info)
-    state, tx, _ = train.init_state(config, spec)
-    step = train.make_step(config, spec, tx)[0]
-    with mock.patch.object(train, "grad_sums", wraps=train.grad_sums) as sums:
-      step(state, train.train_batch(config, task, 0))
+    spec = models.model_spec(config, task.info)
+    state, tx, _ = checkpoint.init_state(config, spec)
+    step = step_lib.make_step(config, spec, tx)[0]
+    with mock.patch.object(
+        step_lib, "grad_sums", wraps=step_lib.grad_sums
+    ) as sums:
+      step(state, data_lib.train_batch(config, task, 0))
     self.assertEqual(
         [c.kwargs["microbatches"] for c in sums.call_args_list],
         [] if parts is None else [parts],
@@ -587,7 +595,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
 
   def test_step_reads_split_layers_as_the_plain_step_reads_stacked(self):
     """`make_step` passes an attention-only random UT in its coefficient
-    form the frozen layers split (`models.split_frozen`): the same states as
+    form the frozen layers split (`implementation.split_frozen`): the same states as
     the plain jitted `train_step`, split once for the states it returns, and
     anew for another state."""
     config = smoke_config(
@@ -595,26 +603,26 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     )
     config.model.m = 64
     task = data_lib.make_task(config)
-    spec = train.model_spec(config, task.info)
-    t = train.train_batch(config, task, 0)["tokens"].shape[1]
-    self.assertTrue(models.splits_layers(spec, t))  # impl auto on CPU.
-    state, tx, _ = train.init_state(config, spec)
-    plain = jax.jit(functools.partial(train.train_step, spec=spec, tx=tx))
-    step = train.make_step(config, spec, tx)[0]
+    spec = models.model_spec(config, task.info)
+    t = data_lib.train_batch(config, task, 0)["tokens"].shape[1]
+    self.assertTrue(implementation.splits_layers(spec, t))  # impl auto on CPU.
+    state, tx, _ = checkpoint.init_state(config, spec)
+    plain = jax.jit(functools.partial(step_lib.train_step, spec=spec, tx=tx))
+    step = step_lib.make_step(config, spec, tx)[0]
     want = state
     got = jax.tree.map(jnp.array, state)  # Its own buffers: it is donated.
     with mock.patch.object(
-        models, "split_frozen", wraps=models.split_frozen
+        implementation, "split_frozen", wraps=implementation.split_frozen
     ) as split:
       for i in range(3):
-        batch = train.train_batch(config, task, i)
+        batch = data_lib.train_batch(config, task, i)
         want, want_metrics = plain(want, batch)
         got, metrics = step(got, batch)
         chex.assert_trees_all_close(metrics, want_metrics, rtol=1e-5)
       self.assertEqual(split.call_count, 1)
       chex.assert_trees_all_close(got.params, want.params, rtol=1e-5, atol=1e-6)
-      other, _, _ = train.init_state(config, spec)
-      step(other, train.train_batch(config, task, 0))
+      other, _, _ = checkpoint.init_state(config, spec)
+      step(other, data_lib.train_batch(config, task, 0))
       self.assertEqual(split.call_count, 2)
 
   @parameterized.named_parameters(
@@ -643,11 +651,11 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     )
     want = json.loads(smoke_config().to_json_best_effort())
     self.assertIn("cpu", config)
-    self.assertEqual(train.stored_config(config), want)
+    self.assertEqual(records.stored_config(config), want)
     for ynn in (True, False):  # As runs recorded before configs/cpu.py.
       old = json.loads(json.dumps(want))
       old["train"]["ynn_fusions"] = ynn
-      self.assertEqual(train.stored_config(old), want)
+      self.assertEqual(records.stored_config(old), want)
 
   def test_run_recorded_with_train_ynn_fusions_resumes(self):
     workdir = self.create_tempdir().full_path
@@ -665,7 +673,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     )
     for key in FINAL_KEYS:
       self.assertEqual(again[key], first[key], key)
-    self.assertNotIn("ynn_fusions", train.load_config(workdir).train)
+    self.assertNotIn("ynn_fusions", records.load_config(workdir).train)
     # A field of the run still has to match.
     cli_helpers.assert_user_error(
         self,
@@ -687,7 +695,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
       json.dump(old, f)
     for fn, args in (
         (train.train_and_evaluate, (config, workdir)),
-        (train.load_config, (workdir,)),
+        (records.load_config, (workdir,)),
     ):
       cli_helpers.assert_user_error(
           self, r"block order used before the redesign", fn, *args
@@ -703,7 +711,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     )
     again = train.train_and_evaluate(config, workdir)
     self.assertEqual(again["param_checksum"], first["param_checksum"])
-    self.assertEqual(train.load_config(workdir).model.impl, "auto")
+    self.assertEqual(records.load_config(workdir).model.impl, "auto")
 
   def test_two_runs_are_identical(self):
     config = smoke_config()
@@ -720,7 +728,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertEqual(
         *[read_csv(os.path.join(d, "eval_metrics.csv")) for d in dirs]
     )
-    params = [leaves_by_name(train.restore_params(d)[0]) for d in dirs]
+    params = [leaves_by_name(checkpoint.restore_params(d)[0]) for d in dirs]
     for name in params[0]:
       np.testing.assert_array_equal(params[0][name], params[1][name], name)
 
@@ -756,7 +764,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
   def test_nan_loss_stops_with_the_step(self):
     """NaN logits from step 5 on (a patched model): TrainingDiverged at step 5."""
     poison_from = 4  # 0-based index of the first bad batch: reported as step 5.
-    real_batch, real_apply = train.train_batch, models.apply
+    real_batch, real_apply = data_lib.train_batch, models.apply
 
     def batch_with_marker(config, task, step):
       batch = real_batch(config, task, step)
@@ -776,10 +784,10 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     workdir = self.create_tempdir().full_path
     threads = {t.ident for t in threading.enumerate()}
     with (
-        mock.patch.object(train, "train_batch", batch_with_marker),
+        mock.patch.object(data_lib, "train_batch", batch_with_marker),
         mock.patch.object(models, "apply", nan_apply),
     ):
-      with self.assertRaises(train.TrainingDiverged) as cm:
+      with self.assertRaises(loop.TrainingDiverged) as cm:
         train.train_and_evaluate(config, workdir)
     # Nothing of the run goes on (the TensorBoard writer is closed too). A
     # closed multiprocessing queue's feeder thread (tensorboardX's) exits on
@@ -797,7 +805,7 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     self.assertRegex(str(cm.exception), r"--config\.train\.lr")
     self.assertFalse(os.path.exists(os.path.join(workdir, "metrics.json")))
     # The checkpoint saved just before (step 4) is complete and finite.
-    params, _, _, _, step = train.restore_params(workdir)
+    params, _, _, _, step = checkpoint.restore_params(workdir)
     self.assertEqual(step, poison_from)
     chex.assert_tree_all_finite(params)
 
@@ -805,20 +813,20 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     config = smoke_config(arg="model=random")
     config.model.num_layers = 1  # A spec no other test compiles.
     task = data_lib.make_task(config)
-    spec = train.model_spec(config, task.info)
+    spec = models.model_spec(config, task.info)
     params = models.init(jax.random.PRNGKey(0), spec)
-    held_out = train.eval_batches(config, task)
-    self.assertEqual(len({len(b["tokens"]) for b in held_out}), 1)
+    valid = held_out.eval_batches(config, task)
+    self.assertEqual(len({len(b["tokens"]) for b in valid}), 1)
     traces = []
-    real = train.loss_and_metrics
+    real = step_lib.loss_and_metrics
 
     def counting(*args):
       traces.append(1)
       return real(*args)
 
-    with mock.patch.object(train, "loss_and_metrics", counting):
-      first = train.held_out_metrics(params, spec, held_out)
-      second = train.held_out_metrics(params, spec, held_out)
+    with mock.patch.object(step_lib, "loss_and_metrics", counting):
+      first = held_out.held_out_metrics(params, spec, valid)
+      second = held_out.held_out_metrics(params, spec, valid)
     self.assertEqual(first, second)
     self.assertLen(traces, 1)  # One trace for all batches of both calls.
 

@@ -256,3 +256,9 @@ def make_task(config):
   except (ValueError, TypeError) as e:
     raise UserError(f"config.data of task {config.task}: {e}") from None
   return task
+
+
+def train_batch(config, task, step: int) -> dict:
+  """The training batch of `step` (0-based): config.train.batch_size strings
+  from the seed stream (seed, 0, step), a pure function of the two."""
+  return task.batch(config.train.batch_size, stream_seed(config.seed, 0, step))

@@ -29,7 +29,7 @@ subset (balanced; unbalanced with unequal or equal counts) and on the short
 balanced strings (`dyck.breakdown`).
 
 A run's fixed test set is scored in its final metrics by
-`train.test_metrics`.
+`held_out.test_metrics`.
 
 `predict_text(workdir, text, k=None)` gives the model's prediction for one text
 beside the task's ground truth. Both accept a workdir path or the result of
@@ -57,7 +57,8 @@ from ut.io import reports
 from ut.training import data as data_lib
 from ut.training import models
 from ut.training import precision
-from ut.training import train
+from ut.training import checkpoint
+from ut.training import held_out
 from ut.training.tasks import dyck
 from ut.training.tasks import khop
 
@@ -89,7 +90,7 @@ def load(workdir):
         f"workdir {workdir} does not exist; pass the --workdir "
         f"of a training run (python -m launch.train --workdir=...)"
     )
-  params, spec, config, task, step = train.restore_params(workdir)
+  params, spec, config, task, step = checkpoint.restore_params(workdir)
   return Restored(params, spec, config, task, step, os.path.abspath(workdir))
 
 

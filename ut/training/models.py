@@ -28,7 +28,9 @@ Parameters (plain nested dict; the sparse kind's M axis in the block order of
 `apply` below is the textbook computation. ModelSpec.impl selects it
 ("reference") or the same model restructured for XLA CPU ("xla_cpu",
 `ut.cpu.forward`); "auto" picks xla_cpu on a CPU backend. Both take the same
-parameters and are tested equal, gradients included.
+parameters and are tested equal, gradients included. That switch, and how a
+training step is sized for XLA CPU, live in `ut.training.implementation`,
+which this module owns: the one place where training meets `ut.cpu`.
 """
 
 import dataclasses
@@ -44,14 +46,15 @@ from ut.core import targets
 from ut.core import transformer
 from ut.core.constructions import gaussian
 from ut.core.constructions import sparse
-from ut.cpu import forward as cpu_forward
 from ut.errors import UserError
+from ut.training import data as data_lib
 from ut.training import gpt2
+from ut.training import implementation
 
 KINDS = ("sparse", "random", "trained")  # Each with any of VARIANTS.
 ALL_KINDS = KINDS + gpt2.KINDS
 VARIANTS = ("attn", "res_ln", "res_ln_mlp")
-IMPLS = ("reference", "xla_cpu", "auto")
+IMPLS = implementation.IMPLS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +160,42 @@ class ModelSpec:
     return _sparse_ut(self.num_heads, self.num_layers, self.width)
 
 
+def model_spec(config, task_info: data_lib.TaskInfo) -> ModelSpec:
+  """The ModelSpec of a config (its `model` block plus the task's sizes)."""
+  mc = config.model
+  return ModelSpec(
+      kind=mc.kind,
+      variant=mc.variant,
+      vocab_size=task_info.vocab_size,
+      max_len=task_info.max_len,
+      num_classes=task_info.num_classes,
+      num_heads=mc.num_heads,
+      num_layers=mc.num_layers,
+      width=mc.width,
+      m=mc.m,
+      head_width=mc.head_width,
+      mlp_ratio=mc.mlp_ratio,
+      mlp_width=mc.get("mlp_width", 0),
+      causal=mc.causal,
+      ut_seed=mc.ut_seed,
+      shared=mc.shared,
+      embed_scale=mc.get("embed_scale", 1.0),
+      impl=mc.get("impl", "auto"),
+      last_only=task_info.labels_last_only,
+      left_pad=task_info.left_pad,
+  )
+
+
+def cpu_threads(config) -> int | None:
+  """XLA CPU's thread pool for a run of `config`, told before JAX starts
+  (`implementation.cpu_threads`; launch/train.py asks on CPU only)."""
+  task = data_lib.make_task(config)
+  shape = data_lib.train_batch(config, task, 0)["tokens"].shape
+  return implementation.cpu_threads(
+      config, model_spec(config, task.info), shape
+  )
+
+
 @functools.lru_cache(maxsize=16)
 def _sparse_ut(num_heads, num_layers, width):
   return sparse.make_sparse_ut(num_heads, num_layers, width)
@@ -208,7 +247,7 @@ def init(key, spec, dtype=jnp.float32):
         "b2": jnp.zeros((num_layers, m), dtype),
     }
   if spec.kind == "sparse":
-    perm = _drawn_to_block_order(spec.sparse_ut)
+    perm = _sparse_draw_order(spec.sparse_ut)
     take = lambda a, axis: jnp.take(a, perm, axis=axis)
     params["embed"] = {k: take(a, 1) for k, a in params["embed"].items()}
     params["unembed"] = take(params["unembed"], 0)
@@ -220,15 +259,16 @@ def init(key, spec, dtype=jnp.float32):
   return params
 
 
-def _drawn_to_block_order(ut):
-  """Indices that take an M axis from the order `init` draws in to the
-  sparse block order: new = drawn[..., perm].
+def _sparse_draw_order(ut):
+  """The sparse kind's draw order: indices that take an M axis from the
+  order `init` draws its E, U and MLP in to the block order of
+  `sparse.block_names`: new = drawn[..., perm].
 
-  `init` draws the sparse kind's E, U and MLP as it did when a level's blocks
-  were ordered by role, then string ((state, s) for every s, then (query h, s)
-  for every s, for each h); `sparse.block_names` orders them by string, then
-  role. Drawing the same numbers and permuting them keeps a seed's model, and
-  its training run, the same as before the block order changed.
+  `init` draws a level's blocks by role, then string ((state, s) for every
+  s, then (query h, s) for every s, for each h); the model's M axis is by
+  string, then role. The draw order is part of what a seed means: drawing in
+  the block order directly gives other numbers, so other models and other
+  training runs (every sparse result recorded under results/ was drawn so).
   """
   h, num_layers, d = ut.num_heads, ut.num_layers, ut.width
   drawn = []
@@ -244,9 +284,7 @@ def _drawn_to_block_order(ut):
 
 def labels(params, spec):
   """'train' or 'frozen' for every leaf, from its path (STYLE 7)."""
-  trainable = (
-      None if spec.kind in ("trained", "gpt2") else ("embed", "unembed")
-  )
+  trainable = None if spec.kind in ("trained", "gpt2") else ("embed", "unembed")
 
   def label(path, _):
     top = path[0].key
@@ -267,34 +305,6 @@ def decay_mask(params):
   return jax.tree_util.tree_map_with_path(
       lambda path, _: path[-1].key not in ("b1", "b2"), params
   )
-
-
-def resolve_impl(impl):
-  """The implementation impl names: "auto" is "xla_cpu" on a CPU backend and
-  "reference" elsewhere (read when `apply` is traced: a static choice)."""
-  if impl not in IMPLS:
-    raise UserError(f"unknown model.impl={impl!r}; use one of {IMPLS}")
-  if impl == "auto":
-    return "xla_cpu" if jax.default_backend() == "cpu" else "reference"
-  return impl
-
-
-def splits_layers(spec, num_tokens):
-  """Whether `split_frozen` splits this model's layers for strings of
-  num_tokens: the attention-only random UT in its coefficient form
-  (`ut.cpu.forward.coefficient_form`) under impl xla_cpu."""
-  return resolve_impl(spec.impl) == "xla_cpu" and cpu_forward.coefficient_form(
-      spec, num_tokens
-  )
-
-
-def split_frozen(params, spec, num_tokens):
-  """params whose frozen layers `apply` reads in place inside a jit
-  (`ut.cpu.forward.split_layers`) where `splits_layers`; else params. Call
-  it outside the jit; the result serves strings of num_tokens only."""
-  if not splits_layers(spec, num_tokens):
-    return params
-  return dict(params, layers=cpu_forward.split_layers(params["layers"]))
 
 
 def layer_norm(z, eps=1e-5):
@@ -365,9 +375,9 @@ def apply(params, spec, tokens_BxT, precision=None, last_only=False):
     )
   if spec.kind in gpt2.KINDS:  # One implementation on every backend.
     return gpt2.apply(params, spec, tokens_BxT, precision, last_only)
-  if resolve_impl(spec.impl) == "xla_cpu":
-    return cpu_forward.apply(
-        params, spec, tokens_BxT, precision, last_only=last_only
+  if implementation.resolve_impl(spec.impl) == "xla_cpu":
+    return implementation.apply_xla_cpu(
+        params, spec, tokens_BxT, precision, last_only
     )
   ln = spec.variant != "attn"
   z = embed(params, tokens_BxT)

@@ -25,6 +25,8 @@ from ut.core import targets as targets_lib
 from ut.core.constructions import gaussian
 from ut.errors import UserError
 from ut.io import reports
+from ut.training import checkpoint
+from ut.training import held_out
 from ut.training import models
 from ut.training import precision
 from ut.training import train
@@ -170,8 +172,8 @@ def sweep_run(config, target_dir):
   done = os.path.exists(os.path.join(target_dir, "metrics.json"))
   if not done:
     train.train_and_evaluate(target_config, target_dir)
-  params, spec, tconfig, task, step = train.restore_params(target_dir)
-  batches = train.eval_batches(tconfig, task)
+  params, spec, tconfig, task, step = checkpoint.restore_params(target_dir)
+  batches = held_out.eval_batches(tconfig, task)
   with precision.exact():
     row = _row(
         params,
@@ -201,8 +203,8 @@ def run(config, workdir):
   reports.refuse_existing([report_path], config.overwrite)
   target_config = config.target_config
   train.train_and_evaluate(target_config, target_dir)
-  params, spec, tconfig, task, step = train.restore_params(target_dir)
-  batches = train.eval_batches(tconfig, task)
+  params, spec, tconfig, task, step = checkpoint.restore_params(target_dir)
+  batches = held_out.eval_batches(tconfig, task)
   rows = []
   with precision.exact():
     target_preds = predictions(params, spec, batches)
