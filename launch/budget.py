@@ -3,7 +3,7 @@
   python -m launch.budget --task=khop --out=results/budget
   python -m launch.budget --task=dyck --out=results/budget
 
-Writes <out>/<task>.md, .json and .png (ut/experiments/budget.py; no
+Writes <out>/<task>.md, .json and .png (ut/experiments/budget/; no
 training): per row mean ± std, per-seed minimum and success count at each
 budget, the paper's number, and each claim's verdict with its protocol.
 """
