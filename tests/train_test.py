@@ -645,35 +645,23 @@ class TrainAndEvaluateTest(parameterized.TestCase):
     )
     self.assertFalse(os.path.exists(workdir))
 
-  def test_stored_config_drops_host_settings_and_removed_fields(self):
+  def test_stored_config_drops_host_settings(self):
     config = json.loads(
         cpu_config.overlay(smoke_config()).to_json_best_effort()
     )
     want = json.loads(smoke_config().to_json_best_effort())
     self.assertIn("cpu", config)
     self.assertEqual(records.stored_config(config), want)
-    for ynn in (True, False):  # As runs recorded before configs/cpu.py.
-      old = json.loads(json.dumps(want))
-      old["train"]["ynn_fusions"] = ynn
-      self.assertEqual(records.stored_config(old), want)
 
-  def test_run_recorded_with_train_ynn_fusions_resumes(self):
+  def test_run_resumes_on_other_host_settings_but_not_another_config(self):
     workdir = self.create_tempdir().full_path
     first = train.train_and_evaluate(smoke_config(steps=2), workdir)
-    # config.json as runs recorded it before the CPU overlay (configs/cpu.py).
-    path = os.path.join(workdir, "config.json")
-    old = read_json(path)
-    self.assertNotIn("ynn_fusions", old["train"])
-    old["train"]["ynn_fusions"] = True
-    with open(path, "w") as f:
-      json.dump(old, f)
     # Resumed as launch.train runs it on CPU: nothing left but the evaluation.
     again = train.train_and_evaluate(
         cpu_config.overlay(smoke_config(steps=2)), workdir
     )
     for key in FINAL_KEYS:
       self.assertEqual(again[key], first[key], key)
-    self.assertNotIn("ynn_fusions", records.load_config(workdir).train)
     # A field of the run still has to match.
     cli_helpers.assert_user_error(
         self,

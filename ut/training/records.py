@@ -32,9 +32,6 @@ _ADDED_FIELDS = {
     # (bit-identical to "highest", tests/precision_test.py).
     "precision": "highest",
 }
-# Fields that older runs recorded and that are gone since (moved to the CPU
-# overlay, configs/cpu.py).
-_REMOVED_FIELDS = ("train.ynn_fusions",)
 # Sections of host settings (configs/cpu.py), not of the run: a run resumes,
 # or is evaluated, on any host.
 HOST_SECTIONS = ("cpu",)
@@ -42,15 +39,10 @@ HOST_SECTIONS = ("cpu",)
 
 def stored_config(config_dict: dict) -> dict:
   """A config read back from a run's JSON in today's form: fields added since
-  filled in, fields removed since dropped, and without the host settings
-  (HOST_SECTIONS)."""
+  filled in, and without the host settings (HOST_SECTIONS)."""
   out = json.loads(json.dumps(config_dict))
   for section in HOST_SECTIONS:
     out.pop(section, None)
-  for dotted in _REMOVED_FIELDS:
-    node, leaf = _parent(out, dotted)
-    if isinstance(node, dict):
-      node.pop(leaf, None)
   for dotted, value in _ADDED_FIELDS.items():
     node, leaf = _parent(out, dotted)
     if isinstance(node, dict):
