@@ -1,6 +1,6 @@
 r"""The learnability gap (beyond the paper): a k-hop target compiled into the
 sparse and a random UT, then E and U trained from a random start or from the
-compiled program plus noise (ut/experiments/learnability.py).
+compiled program plus noise (ut/experiments/learnability/).
 
   python -m launch.learnability --config=configs/learnability.py --workdir=results/learnability
   python -m launch.learnability --config=configs/learnability.py:uts=sparse --workdir=results/learnability  # 30 core-minutes
