@@ -158,7 +158,7 @@ def load_init_params(path: str, params: dict, labels: dict) -> dict:
 
   The file's keys are leaf paths joined by '/' ("embed/token",
   "embed/position", "unembed"); leaves it does not name keep their draw.
-  A warm start, e.g. from a compiled program (ut/experiments/learnability.py).
+  A warm start, e.g. from a compiled program (ut/experiments/learnability/).
   """
   if not os.path.isfile(path):
     raise UserError(
