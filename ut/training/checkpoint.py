@@ -28,7 +28,7 @@ def checkpoint_manager(
     workdir: str, max_to_keep: int = 2, single_item: bool = True
 ) -> ocp.CheckpointManager:
   """A run's checkpoints (one pytree a step: `checkpointed`); a group's
-  (ut/experiments/sweep.py) save several items, single_item=False."""
+  (ut/experiments/sweep/) save several items, single_item=False."""
   return ocp.CheckpointManager(
       os.path.join(os.path.abspath(workdir), "checkpoints"),
       options=ocp.CheckpointManagerOptions(

@@ -61,7 +61,7 @@ def make_optimizer(
   the caller has them. Returns (the optimizer, config.train.lr's schedule).
 
   The peak learning rate lives in the optimizer state (optax.inject_hyperparams),
-  so runs that differ only in it can be vmapped (ut/experiments/sweep.py). peak_lr defaults
+  so runs that differ only in it can be vmapped (ut/experiments/sweep/). peak_lr defaults
   to config.train.lr and may be a traced value.
   """
   tc = config.train
