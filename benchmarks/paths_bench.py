@@ -1,7 +1,7 @@
 r"""The attention-only sparse UT's training step with the inputs routed along
-head strings (`ut.cpu.forward._apply_sparse_paths`) against the m-wide
-state's levels routed (`ut.cpu.forward._apply_sparse`), and which of the two
-`apply` picks (`ut.cpu.forward.sparse_paths_form`).
+head strings (`ut.cpu.sparse_forms._apply_sparse_paths`) against the m-wide
+state's levels routed (`ut.cpu.sparse_forms._apply_sparse`), and which of the two
+`apply` picks (`ut.cpu.sparse_forms.sparse_paths_form`).
 
   python -m benchmarks.paths_bench
   python -m benchmarks.record --out=results/bench/paths_bench.md -- \
@@ -28,6 +28,7 @@ from benchmarks import step_pairs
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from ut.cpu import forward as cpu_forward
+from ut.cpu import sparse_forms as cpu_sparse_forms
 from ut.training import checkpoint
 from ut.training import data as data_lib
 from ut.training import models
@@ -91,7 +92,9 @@ def main(argv):
     slow, fast = t["levels"], t["paths"]
     spec, _, _, batch = cases[name]
     n = batch["tokens"].shape[1]
-    paths, levels = cpu_forward.sparse_string_costs(spec, n, spec.last_only)
+    paths, levels = cpu_sparse_forms.sparse_string_costs(
+        spec, n, spec.last_only
+    )
     runs = (
         "paths"
         if cpu_forward.sparse_paths_form(spec, n, spec.last_only)

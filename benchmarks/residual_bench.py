@@ -6,7 +6,7 @@ the M-wide order.
       taskset -c 0 python -m benchmarks.residual_bench
 
 `form` is `step_lib.train_step` as training runs it, where
-`ut.cpu.forward.residual_coefficient_form` holds
+`ut.cpu.coefficients.residual_coefficient_form` holds
 (`_random_residual_coefficients`: the values from tables of about
 P M^2 H multiply-adds a layer, P = (T + V) (1 + H)^l, paid once a batch);
 `m_wide` is the same step with the rule off, the forward `apply_m_wide`
@@ -35,6 +35,7 @@ import jax
 from benchmarks import step_pairs
 from configs import dyck as dyck_config
 from configs import khop as khop_config
+from ut.cpu import coefficients as cpu_coefficients
 from ut.cpu import forward as cpu_forward
 from ut.training import checkpoint
 from ut.training import data as data_lib
@@ -98,10 +99,10 @@ def _case(config):
       "form": _step(spec, tx, True, 1),
   }
   states = step_pairs.same_steps(steps, state, batch, rtol=1e-4, atol=1e-5)
-  coefficient, rows, m_wide_madds = cpu_forward.residual_costs(
+  coefficient, rows, m_wide_madds = cpu_coefficients.residual_costs(
       spec, b, t, spec.last_only
   )
-  weighted = coefficient + (cpu_forward.RESIDUAL_ROW_WEIGHT - 1) * rows
+  weighted = coefficient + (cpu_coefficients.RESIDUAL_ROW_WEIGHT - 1) * rows
   rule = cpu_forward.residual_coefficient_form(spec, b, t, spec.last_only)
   return (steps, states, batch), (
       m_wide_madds / coefficient,

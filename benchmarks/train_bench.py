@@ -53,7 +53,7 @@ FLOP counts of one step, two ways:
             F = spec.mlp_hidden_width. Forward:
       embedding  2BTVM (a one-hot matmul; the position table is an add)
       per layer, random   (an attention-only random UT whose coefficient
-                          form applies, `ut.cpu.forward.coefficient_form`,
+                          form applies, `ut.cpu.coefficients.coefficient_form`,
                           the fixed size's among them: `coefficient_flops`)
                           H [2*2BTMK (Z R_Q, Z R_K) + 2BTTK (Q K^T)
                              + 2BTMM (Z R_V) + 2BTTM (A (Z R_V))], except
@@ -105,6 +105,7 @@ import jax
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from ut.core.constructions import sparse
+from ut.cpu import coefficients as cpu_coefficients
 from ut.cpu import forward as cpu_forward
 from ut.errors import UserError
 from ut.io import reports
@@ -235,7 +236,7 @@ class Result:
 
 def coefficient_flops(spec, batch_size, num_tokens):
   """(once, twice): the matmul FLOPs of the attention-only random UT's
-  coefficient form (`ut.cpu.forward._random_attn_coefficients`), every
+  coefficient form (`ut.cpu.coefficients._random_attn_coefficients`), every
   position's logits, split by backward cost (once: one operand frozen or
   constant; twice: both move). P = (T + V) H^l is the coefficient width
   entering layer l >= 1 (layer 1's tables are the T + V rows of E):
@@ -270,17 +271,19 @@ def coefficient_flops(spec, batch_size, num_tokens):
 
 def residual_flops(spec, batch_size, num_tokens):
   """(once, twice): the matmul FLOPs of the random UT's coefficient form
-  with res_ln (`ut.cpu.forward._random_residual_coefficients`), every
+  with res_ln (`ut.cpu.coefficients._random_residual_coefficients`), every
   position's logits, split by backward cost: once, its tables Rc wq, Rc wk,
   Rc wv (2 P M (2 K + M) H a layer, a frozen operand); twice, the rest of
-  `ut.cpu.forward.residual_costs`' count (the Gram matrices, the
+  `ut.cpu.coefficients.residual_costs`' count (the Gram matrices, the
   coefficients' matmuls, the last state) and the unembedding."""
   m, h, k = spec.model_width, spec.num_heads, spec.head_width
   once = sum(
       2 * p * m * (2 * k + m) * h
-      for p in cpu_forward.residual_coefficient_widths(spec, num_tokens)
+      for p in cpu_coefficients.residual_coefficient_widths(spec, num_tokens)
   )
-  coefficient, _, _ = cpu_forward.residual_costs(spec, batch_size, num_tokens)
+  coefficient, _, _ = cpu_coefficients.residual_costs(
+      spec, batch_size, num_tokens
+  )
   unembed = 2 * batch_size * num_tokens * m * spec.num_classes
   return once, 2 * coefficient - once + unembed
 
@@ -289,9 +292,9 @@ def analytic_flops(spec, batch_size, num_tokens):
   """(forward, step) matmul FLOPs of `train_step`: the module docstring's
   formula, for the full forward (every position's logits; a spec with
   last_only, Dyck's, computes less in its last layer); for an attention-only
-  random UT that `ut.cpu.forward.coefficient_form` admits (on CPU),
+  random UT that `ut.cpu.coefficients.coefficient_form` admits (on CPU),
   `coefficient_flops`; for a random UT with res_ln that
-  `ut.cpu.forward.residual_coefficient_form` admits, `residual_flops`."""
+  `ut.cpu.coefficients.residual_coefficient_form` admits, `residual_flops`."""
   if implementation.resolve_impl(spec.impl) == "xla_cpu" and (
       cpu_forward.coefficient_form(spec, num_tokens)
   ):

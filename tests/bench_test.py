@@ -53,7 +53,7 @@ def fixed_step_flops():
   """Matmul FLOPs of one fixed-size step, counted here from the model: random
   UT, attention only, B=256 strings of T=64 tokens, m=256, H=2 heads of width
   32, L=2, vocabulary V=4, 2 classes, computed (on CPU) in its coefficient
-  form (ut.cpu.forward._random_attn_coefficients; every position's logits).
+  form (ut.cpu.coefficients._random_attn_coefficients; every position's logits).
   A matmul with a frozen or constant operand costs 1x more in the backward
   pass, one whose operands both move 2x. Layer 1: per head, the query and key
   tables E_tok R, E_pos R and the one-hot's rows of them, the scores, A

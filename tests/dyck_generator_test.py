@@ -16,6 +16,7 @@ import numpy as np
 from configs import dyck as dyck_config
 from ut.training import data
 from ut.training.tasks import dyck
+from ut.training.tasks import dyck_mixes
 
 # Their code's figures (200k strings, max_len 60), as printed: to 0.1%.
 THEIRS_NUM = 200000
@@ -150,7 +151,9 @@ class ZaExactTest(absltest.TestCase):
     num = 200000
     laws = {
         "za_exact": two_bracket_law(0.25, 0.5, 2 / 3),
-        "za": two_bracket_law(0.5, dyck.ZA_GEOMETRIC_P, dyck.ZA_DOUBLE_PROB),
+        "za": two_bracket_law(
+            0.5, dyck_mixes.ZA_GEOMETRIC_P, dyck_mixes.ZA_DOUBLE_PROB
+        ),
     }
     for mix, law in laws.items():
       self.assertAlmostEqual(sum(law.values()), 1.0)
@@ -178,12 +181,12 @@ class ZaExactTest(absltest.TestCase):
     open_BxL = np.tile([True, False], (num, 1))
     lengths, rows = np.full(num, 2), np.arange(num)
     rng = np.random.default_rng(0)
-    dyck._swaps(rng, open_BxL, lengths, rows, np.ones(num, int), True)
+    dyck_mixes._swaps(rng, open_BxL, lengths, rows, np.ones(num, int), True)
     exchanged = (~open_BxL[:, 0] & open_BxL[:, 1]).mean()
     self.assertAlmostEqual(exchanged, 0.25, delta=Z * np.sqrt(3 / 16 / num))
     # A string of one bracket is never changed by a swap.
     one = np.ones((num, 1), bool)
-    dyck._swaps(rng, one, np.ones(num, int), rows, np.full(num, 5), True)
+    dyck_mixes._swaps(rng, one, np.ones(num, int), rows, np.full(num, 5), True)
     self.assertTrue(one.all())
 
   def test_deterministic_lengths_and_held_out(self):

@@ -30,6 +30,7 @@ from ut.training import evaluate
 from ut.training import held_out
 from ut.training import train
 from ut.training.tasks import dyck
+from ut.training.tasks import dyck_mixes
 
 # A chi-square statistic this far out (p < 1e-6) fails a test.
 P_FAIL = 1e-6
@@ -60,7 +61,7 @@ def ref_geometric(r, p):
   return n
 
 
-def ref_za(r, max_len, p=dyck.ZA_GEOMETRIC_P):
+def ref_za(r, max_len, p=dyck_mixes.ZA_GEOMETRIC_P):
   """One string of the 'za' mix, step by step as the definition reads."""
   if r.random() < 1 / 3:
     return "".join(r.choice("()") for _ in range(r.randint(1, max_len)))
@@ -116,7 +117,7 @@ class ZaGeneratorTest(parameterized.TestCase):
     self.assertLen(law, 42)
     self.assertAlmostEqual(sum(law.values()), 1.0)
     num = 60000
-    open_BxL = dyck._grammar_words(
+    open_BxL = dyck_mixes._grammar_words(
         np.random.default_rng(0), np.full(num, 5), 10
     )
     texts = ["".join("(" if o else ")" for o in row) for row in open_BxL]
@@ -129,7 +130,7 @@ class ZaGeneratorTest(parameterized.TestCase):
 
   def test_grammar_rows_of_mixed_sizes_are_right_aligned(self):
     pairs = np.array([1, 3, 2, 5])
-    open_BxL = dyck._grammar_words(np.random.default_rng(1), pairs, 10)
+    open_BxL = dyck_mixes._grammar_words(np.random.default_rng(1), pairs, 10)
     for row, t in zip(open_BxL, pairs):
       self.assertFalse(row[: 10 - 2 * t].any())
       word = "".join("(" if o else ")" for o in row[10 - 2 * t :])

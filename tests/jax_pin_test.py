@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from ut.cpu import forward
+from ut.cpu import coefficients
 from ut.cpu import kernels
 from ut.training import models
 
@@ -95,10 +95,10 @@ class JaxPinTest(parameterized.TestCase):
       )
 
   def test_residual_coefficient_variance(self):
-    """The random UT's res_ln coefficient form (ut.cpu.forward) computes each
-    row's variance as (lhs G * lhs).sum(-1): a vmapped matrix-vector product
-    and a reduction over B * T rows. Its logits, jitted at 2^14 + 1 rows and
-    more, against the reference (M-wide) forward, all in float64."""
+    """The random UT's res_ln coefficient form (ut.cpu.coefficients) computes
+    each row's variance as (lhs G * lhs).sum(-1): a vmapped matrix-vector
+    product and a reduction over B * T rows. Its logits, jitted at 2^14 + 1
+    rows and more, against the reference (M-wide) forward, all in float64."""
     spec = models.ModelSpec(
         kind="random",
         variant="res_ln",
@@ -115,7 +115,7 @@ class JaxPinTest(parameterized.TestCase):
     b, t = ROWS["float64"] // 8 + 1, 8
     tokens = jax.random.randint(jax.random.key(1), (b, t), 0, 4)
     reference = models.apply(params, spec, tokens)
-    form = forward._random_residual_coefficients  # pylint: disable=protected-access
+    form = coefficients._random_residual_coefficients  # pylint: disable=protected-access
     for name, fn in [
         ("eager", form),
         ("jit", jax.jit(form, static_argnums=(1, 3))),

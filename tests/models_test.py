@@ -28,7 +28,9 @@ from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import xla_settings
 from ut.core.constructions import sparse
+from ut.cpu import coefficients as cpu_coefficients
 from ut.cpu import forward as cpu_forward
+from ut.cpu import sparse_forms as cpu_sparse_forms
 from ut.errors import UserError
 from ut.training import data as data_lib
 from ut.training import implementation
@@ -399,7 +401,7 @@ class ModelsTest(chex.TestCase):
     }
     q = 1 if last_only else T
     unembed = q * spec.sparse_ut.width * CLASSES
-    paths, levels = cpu_forward.sparse_string_costs(spec, T, last_only)
+    paths, levels = cpu_sparse_forms.sparse_string_costs(spec, T, last_only)
     self.assertEqual(per_string[True], paths + unembed)
     self.assertEqual(
         per_string[False], levels + unembed + T * VOCAB * spec.model_width
@@ -423,7 +425,7 @@ class ModelsTest(chex.TestCase):
       spec = models.model_spec(config, task.info)
       n = data_lib.train_batch(config, task, 0)["tokens"].shape[1]
       paths, levels = (
-          cpu_forward.sparse_string_costs(spec, n, spec.last_only)
+          cpu_sparse_forms.sparse_string_costs(spec, n, spec.last_only)
           if spec.kind == "sparse"
           else (0, 0)
       )
@@ -759,7 +761,7 @@ class LastOnlyTest(parameterized.TestCase):
   @parameterized.product(num_layers=(1, 2, 3), causal=(True, False))
   def test_random_attn_coefficient_form(self, num_layers, causal):
     """The attention-only random UT without an m-wide state
-    (`ut.cpu.forward._random_attn_coefficients`, which xla_cpu's apply
+    (`ut.cpu.coefficients._random_attn_coefficients`, which xla_cpu's apply
     takes here), and the m-wide order it replaces (`apply_m_wide`), against
     the reference, float64: every row's logits and the last row's alone,
     and the gradients of a cross-entropy on them w.r.t. E and U."""
@@ -806,7 +808,7 @@ class LastOnlyTest(parameterized.TestCase):
   @parameterized.product(num_layers=(1, 2, 3), causal=(True, False))
   def test_random_residual_coefficient_form(self, num_layers, causal):
     """The random UT with res_ln in coefficient form
-    (`ut.cpu.forward._random_residual_coefficients`, which xla_cpu's apply
+    (`ut.cpu.coefficients._random_residual_coefficients`, which xla_cpu's apply
     takes here) and the m-wide order against the reference, float64: every
     row's logits and the last row's alone, and the gradients of a
     cross-entropy on them w.r.t. E and U."""
@@ -876,7 +878,7 @@ class LastOnlyTest(parameterized.TestCase):
 
     m, q = spec.model_width, 1 if last_only else T
     aside = B * q * m * CLASSES + 2 * B * q * m
-    coefficient, rows, m_wide = cpu_forward.residual_costs(
+    coefficient, rows, m_wide = cpu_coefficients.residual_costs(
         spec, B, T, last_only
     )
     self.assertEqual(madds(True), coefficient + aside)
@@ -915,7 +917,7 @@ class LastOnlyTest(parameterized.TestCase):
       spec = models.model_spec(config, task.info)
       b, t = data_lib.train_batch(config, task, 0)["tokens"].shape
       self.assertEqual((b, t), (32, 32))
-      costs = cpu_forward.residual_costs(spec, b, t)
+      costs = cpu_coefficients.residual_costs(spec, b, t)
       self.assertEqual(
           cpu_forward.residual_coefficient_form(spec, b, t),
           want,
@@ -975,7 +977,8 @@ class LastOnlyTest(parameterized.TestCase):
     self.assertLess(added, 2 * B * T * 2 * (T + VOCAB) * 256)
     self.assertTrue(cpu_forward.coefficient_form(spec, T))
     self.assertEqual(
-        cpu_forward.coefficient_widths(spec, T), [T + VOCAB, 2 * (T + VOCAB)]
+        cpu_coefficients.coefficient_widths(spec, T),
+        [T + VOCAB, 2 * (T + VOCAB)],
     )
     # The rule: at most half the M-wide order's multiply-adds per string,
     # counted by hand here for H = 2, K = 8, T = 6, P_l = 11 and 22.
@@ -983,7 +986,7 @@ class LastOnlyTest(parameterized.TestCase):
     for m, want in ((4, False), (16, False), (20, True), (52, True)):
       at_m = dataclasses.replace(spec, m=m)
       self.assertEqual(
-          cpu_forward.string_costs(at_m, T),
+          cpu_coefficients.string_costs(at_m, T),
           (hand, 2 * 6 * 2 * (2 * m * 8 + 6 * 8 + m * m + 6 * m)),
       )
       self.assertEqual(cpu_forward.coefficient_form(at_m, T), want, m)

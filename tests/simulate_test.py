@@ -16,6 +16,7 @@ from tests import reference
 from tests import test_cases
 from ut.core import bounds
 from ut.core import compile as compile_lib
+from ut.core import instances
 from ut.core import simulate
 from ut.core import targets as targets_lib
 from ut.core import transformer
@@ -377,11 +378,11 @@ class PaddingTest(parameterized.TestCase):
     padding = simulate.Padding(3, 3, 3, 99)  # N of (3, 2, 3): the widest.
     jax.clear_caches()  # So that the first class compiles.
     for i, (h, num_layers, d) in enumerate(classes):
-      gens = simulate.random_targets(h, num_layers, d, num=2, seed=i)
+      gens = instances.random_targets(h, num_layers, d, num=2, seed=i)
       x = np.random.default_rng(i).standard_normal((2, 3, 5, d))
       with count_compiles() as compiles:
         for name in ("sparse", "random"):
-          built = [simulate.build(t, name) for t in gens]
+          built = [instances.build(t, name) for t in gens]
           result = simulate.check(
               built[0][0],
               simulate.stack([b[1] for b in built]),
@@ -420,7 +421,7 @@ class PaddingTest(parameterized.TestCase):
     classes = [(1, 1, 4), (3, 2, 2), (2, 4, 7)]
     for i, (h, num_layers, d) in enumerate(classes):
       with count_compiles() as compiles:
-        got = simulate.random_targets(
+        got = instances.random_targets(
             h, num_layers, d, num=2, seed=5, causal=False
         )
       if 0 < i < len(classes) - 1:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from absl import logging
 import jax
 
+from ut.cpu import coefficients as cpu_coefficients
 from ut.cpu import forward as cpu_forward
 from ut.cpu import host
 from ut.errors import UserError
@@ -48,7 +49,7 @@ def apply_xla_cpu(params, spec, tokens_BxT, precision=None, last_only=False):
 def splits_layers(spec, num_tokens: int) -> bool:
   """Whether `split_frozen` splits this model's layers for strings of
   num_tokens: the attention-only random UT in its coefficient form
-  (`ut.cpu.forward.coefficient_form`) under impl xla_cpu."""
+  (`ut.cpu.coefficients.coefficient_form`) under impl xla_cpu."""
   return resolve_impl(spec.impl) == "xla_cpu" and cpu_forward.coefficient_form(
       spec, num_tokens
   )
@@ -56,11 +57,11 @@ def splits_layers(spec, num_tokens: int) -> bool:
 
 def split_frozen(params: dict, spec, num_tokens: int) -> dict:
   """params whose frozen layers `apply` reads in place inside a jit
-  (`ut.cpu.forward.split_layers`) where `splits_layers`; else params. Call
+  (`ut.cpu.coefficients.split_layers`) where `splits_layers`; else params. Call
   it outside the jit; the result serves strings of num_tokens only."""
   if not splits_layers(spec, num_tokens):
     return params
-  return dict(params, layers=cpu_forward.split_layers(params["layers"]))
+  return dict(params, layers=cpu_coefficients.split_layers(params["layers"]))
 
 
 def microbatches(
@@ -75,11 +76,11 @@ def microbatches(
   and the whole batch elsewhere. A token's activations are the model width
   wide, plus the MLP's hidden width with res_ln_mlp; the rule adds each
   string's attention scores and picks the budget by kind (and m for a random
-  UT). The random UT's coefficient form (`ut.cpu.forward.coefficient_form`,
+  UT). The random UT's coefficient form (`ut.cpu.coefficients.coefficient_form`,
   whose per-string cost does not grow with m) takes the batch whole: 1 part
   was its fastest of 1, 4 and 16 on Dyck at m = 256 and 512
   (benchmarks/last_only_bench.py). So does the form with res_ln
-  (`ut.cpu.forward.residual_coefficient_form`), whose tables each part
+  (`ut.cpu.coefficients.residual_coefficient_form`), whose tables each part
   would pay again. m_wide=True: the count for the M-wide order even there
   (`ut.cpu.forward.apply_m_wide`, a benchmark's baseline). on_cpu: whether
   JAX runs on its CPU (None: ask JAX, starting its backend)."""

@@ -321,7 +321,7 @@ def sparse_apply(
   function (up to float rounding). With D = d the paths do fewer
   multiply-adds (benchmarks/sparse_bench.py times both); for a wide X
   (one-hot tokens and positions) count them
-  (`ut.cpu.forward.sparse_string_costs`). With last_only, the last row's
+  (`ut.cpu.sparse_forms.sparse_string_costs`). With last_only, the last row's
   output alone, (B, 1, d): the paths route only its query in the last layer.
   """
   if order not in ORDERS:
