@@ -27,10 +27,6 @@ from ut.core import targets as targets_lib
 from ut.core import transformer
 from ut.core.constructions import sparse
 
-# The instances' builders, importable here as before (ut/experiments).
-from ut.core.instances import CONSTRUCTIONS  # pylint: disable=unused-import
-from ut.core.instances import build  # pylint: disable=unused-import
-from ut.core.instances import random_targets  # pylint: disable=unused-import
 
 DTYPES = ("float32", "float64")
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from ut.core import bounds
 from ut.core import compile as compile_lib
+from ut.core import instances
 from ut.core import simulate
 from ut.core import targets as targets_lib
 from ut.errors import UserError
@@ -36,14 +37,14 @@ def run_target_file(config):
     raise UserError(f"--config.out={config.out!r} must end in .npy")
   report_path = _sibling_json(config.out)
   reports.refuse_existing([config.out, report_path], config.overwrite)
-  if config.ut not in simulate.CONSTRUCTIONS:  # Fail before any compute.
+  if config.ut not in instances.CONSTRUCTIONS:  # Fail before any compute.
     raise UserError(
         f"unknown construction ut={config.ut!r}; use one of "
-        f"{sorted(simulate.CONSTRUCTIONS)}"
+        f"{sorted(instances.CONSTRUCTIONS)}"
     )
   target = targets_lib.load(config.target)
   x = targets_lib.load_inputs(config.inputs, target.width)
-  ut, program, creport = simulate.build(
+  ut, program, creport = instances.build(
       target,
       config.ut,
       seed=config.seed,
@@ -108,7 +109,7 @@ def table_row(num_heads, num_layers, width, config, padding=None):
   their compiled programs); None for the row's own sizes.
   """
   start = time.perf_counter()
-  gens = simulate.random_targets(
+  gens = instances.random_targets(
       num_heads,
       num_layers,
       width,
@@ -132,9 +133,9 @@ def table_row(num_heads, num_layers, width, config, padding=None):
     row["min_exact_m"], _ = compile_lib.smallest_exact_width(
         gens[0], seed=config.seed
     )
-  for name in simulate.CONSTRUCTIONS:
+  for name in instances.CONSTRUCTIONS:
     # One UT (same seed) serves every target; each target has its own program.
-    built = [simulate.build(t, name, seed=config.seed) for t in gens]
+    built = [instances.build(t, name, seed=config.seed) for t in gens]
     result = simulate.check(
         built[0][0],
         simulate.stack([b[1] for b in built]),

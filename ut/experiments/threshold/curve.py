@@ -14,6 +14,7 @@ import numpy as np
 
 from ut.core import bounds
 from ut.core import compile as compile_lib
+from ut.core import instances
 from ut.core import simulate
 from ut.core import targets as targets_lib
 from ut.core.constructions import gaussian
@@ -40,8 +41,8 @@ def widths(num_heads, num_layers, width, ratios):
 
 def random_targets(num_heads, num_layers, width, *, num, seed, causal=True):
   """`num` generic float64 targets from `targets.init`, keys fold_in(seed, i)
-  (`simulate.random_targets`: one compiled draw for every class)."""
-  return simulate.random_targets(
+  (`instances.random_targets`: one compiled draw for every class)."""
+  return instances.random_targets(
       num_heads, num_layers, width, num=num, seed=seed, causal=causal
   )
 
