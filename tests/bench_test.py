@@ -107,7 +107,7 @@ def forward_flops(cases):
       "  s = dataclasses.replace(models.model_spec(c, task.info), "
       "last_only=False)\n"
       "  p = models.init(jax.random.PRNGKey(0), s)\n"
-      "  x = data_lib.train_batch(c, task, 0)['tokens']\n"
+      "  x = data.train_batch(c, task, 0)['tokens']\n"
       "  j = jax.make_jaxpr(lambda p: models.apply(p, s, x))(p).jaxpr\n"
       "  print(dots(j), train_bench.analytic_flops(s, *x.shape)[0], "
       "x.size * s.model_width)\n"
@@ -198,7 +198,7 @@ class TrainBenchTest(absltest.TestCase):
             sys.executable,
             "-c",
             "from benchmarks import train_bench; from "
-            "configs import dyck; from ut.training import data, train; c = dyck.get_config("
+            "configs import dyck; from ut.training import data, models; c = dyck.get_config("
             "'model=sparse,variant=attn'); s = models.model_spec(c, data.make_task("
             f"c).info); print(train_bench.analytic_flops(s, {b}, {t})[0])",
         ],
