@@ -138,7 +138,7 @@ class LayoutTest(parameterized.TestCase):
     )
 
   def test_gpt2_init(self):
-    spec = za_spec(mlp_width=512, width=64, max_len=400)  # Large: tight stds.
+    spec = za_spec(mlp_width=512, width=64, head_width=16, max_len=400)  # Large.
     params = models.init(jax.random.PRNGKey(0), spec)
     blocks = params["blocks"]
     for a in (
@@ -195,6 +195,8 @@ class LayoutTest(parameterized.TestCase):
   @parameterized.parameters(
       dict(variant="attn", match="variant=res_ln_mlp"),
       dict(width=18, match="multiple of model.num_heads"),
+      dict(head_width=8, match="use model.head_width=4 and"),
+      dict(embed_scale=0.1, match="model.embed_scale=1.0, not 4 and 0.1"),
   )
   def test_bad_specs(self, match, **kw):
     with self.assertRaisesRegex(UserError, match):

@@ -47,10 +47,32 @@ import jax.numpy as jnp
 import numpy as np
 
 from ut.core import targets
+from ut.errors import UserError
 
 KINDS = ("gpt2", "gpt2_random")
 INIT_STD = 0.02
 LN_EPS = 1e-5
+
+
+def check_spec(spec):
+  """A UserError unless spec fits GPT-2's layout and init."""
+  if spec.variant != "res_ln_mlp":
+    raise UserError(
+        f"model.kind={spec.kind} is GPT-2's layout (residual, LayerNorm, "
+        f"MLP); use model.variant=res_ln_mlp, not {spec.variant!r}"
+    )
+  if spec.width % spec.num_heads:
+    raise UserError(
+        f"model.width={spec.width} must be a multiple of model.num_heads="
+        f"{spec.num_heads} (GPT-2 splits the width into the heads)"
+    )
+  if spec.head_width * spec.num_heads != spec.width or spec.embed_scale != 1:
+    raise UserError(
+        f"model.kind={spec.kind} has heads of width model.width / "
+        f"model.num_heads and GPT-2's init: use model.head_width="
+        f"{spec.width // spec.num_heads} and model.embed_scale=1.0, not "
+        f"{spec.head_width} and {spec.embed_scale}"
+    )
 
 
 def _normal(key, shape, std, dtype):

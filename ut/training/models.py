@@ -120,16 +120,8 @@ class ModelSpec:
           "positive number (the std of E's initial entries, e.g. 1.0)"
       )
     targets.check_seed(self.ut_seed, "model.ut_seed")
-    if self.kind in gpt2.KINDS and self.variant != "res_ln_mlp":
-      raise UserError(
-          f"model.kind={self.kind} is GPT-2's layout (residual, LayerNorm, "
-          f"MLP); use model.variant=res_ln_mlp, not {self.variant!r}"
-      )
-    if self.kind in gpt2.KINDS and self.width % self.num_heads:
-      raise UserError(
-          f"model.width={self.width} must be a multiple of model.num_heads="
-          f"{self.num_heads} (GPT-2 splits the width into the heads)"
-      )
+    if self.kind in gpt2.KINDS:
+      gpt2.check_spec(self)
     if (
         not isinstance(self.mlp_width, (int, np.integer))
         or isinstance(self.mlp_width, bool)
