@@ -10,8 +10,8 @@ sparse UT (m = sparse width) and a Gaussian UT (m = 1.25 N, k_u = d: the DESIGN
 §4 advice for float32), and evaluates both UTs with no gradient step on the
 target's held-out set. Expected: agreement with the target >= 99.9% of scored
 predictions (float32 rounding is the only difference). Beyond the paper.
-Run time: 0.2-0.3 minutes on the 2-core CPU (results/reproduce_partial.md,
-steps compiled_dyck and compiled_khop1; before the Dyck protocol change).
+Run time: 0.2-0.3 minutes on the 2-core CPU (the regeneration
+at 23655b6, steps compiled_dyck and compiled_khop1; docs/history.md).
 """
 
 import ml_collections

@@ -16,7 +16,7 @@ given, the frozen weights), ut_seed=INT (the random UT's draw and the frozen
 MLP's; default: the seed), embed_scale=FLOAT (the std of E's initial
 entries; default 1.0), smoke. Single fields: --config.train.steps=...
 
-Expected (the table, configs/dyck_table.py, results/dyck_v2/paper.md; test
+Expected (the table, configs/dyck_table.py, results/dyck/paper.md; test
 set, mix za): sparse UT 93.31 +- 0.91%, random UT 92.36 +- 0.83% (m = 256),
 trained attention-only 92.07 +- 6.16%, trained res_ln_mlp 99.36 +- 1.07%
 (paper, attention-only: 100%, 94.4%, about the same). Run time: 2-27 minutes

@@ -1,8 +1,8 @@
 r"""Choosing the Dyck table's learning rates on a validation seed (100) that no
 table run uses, scored on the fixed validation set only.
 
-  python -m launch.sweep --config=configs/dyck_select.py --workdir=results/dyck_select
-  python -m launch.sweep --config=configs/dyck_select.py:part=exact --workdir=results/dyck_select_exact
+  python -m launch.sweep --config=configs/dyck_select.py --workdir=results/dyck/select
+  python -m launch.sweep --config=configs/dyck_select.py:part=exact --workdir=results/dyck/select_exact
   python -m launch.sweep --config=configs/dyck_select.py:smoke --workdir=/tmp/s  # CI size
 
 part=exact: the rows to retrain under the exact generator (EXACT_ROWS), on

@@ -2,13 +2,13 @@ r"""The Dyck-1 table: the paper's rows (ROWS), mixes `za` and `hard`, 3 seeds ea
 5 where the first 3 seeds' validation accuracies spread by more than 2 points
 (`more_seeds`, `spread`; the sweep adds them once the 3 are recorded).
 
-  python -m launch.sweep --config=configs/dyck_table.py --workdir=results/dyck_v2
+  python -m launch.sweep --config=configs/dyck_table.py --workdir=results/dyck
   python -m launch.sweep --config=configs/dyck_table.py:mixes=za,seeds=5 --workdir=W
   python -m launch.sweep --config=configs/dyck_table.py:smoke --workdir=/tmp/t  # CI size
 
 Each run is configs/dyck.py with the run's arguments and the learning rate
 configs/dyck_select.py chose for its row (LRS, from
-results/dyck_select/selection.md); docs/results.md has every choice we made
+results/dyck/select/selection.md); docs/results.md has every choice we made
 where the paper is silent. Every run of a mix is scored on the
 same fixed validation set (eval_accuracy) and test set, neither ever trained
 on (Zhong & Andreas's protocol; ut/training/data.py). Paper (attention-only,
@@ -24,7 +24,7 @@ from configs import tables
 
 # The lr configs/dyck_select.py chose per row on mix za (the random UT of
 # width 512 takes width 256's), by (kind, variant).
-LRS = {  # results/dyck_select/selection.md
+LRS = {  # results/dyck/select/selection.md
     ("sparse", "attn"): 0.01,
     ("random", "attn"): 0.03,
     ("trained", "attn"): 0.001,
@@ -32,7 +32,7 @@ LRS = {  # results/dyck_select/selection.md
 }
 SELECT = (
     "python -m launch.sweep --config=configs/dyck_select.py "
-    "--workdir=results/dyck_select"
+    "--workdir=results/dyck/select"
 )
 
 
@@ -47,7 +47,7 @@ def get_config(arg=None):
         "configs/dyck_table.py's LRS",
         f"kind={kind}, variant={variant}",
         SELECT,
-        "results/dyck_select/selection.md",
+        "results/dyck/select/selection.md",
     )
   config.train.lr = LRS[kind, variant]
   return config

@@ -1,6 +1,6 @@
 r"""Zhong & Andreas's own model on Dyck-1 under their optimiser (issue 48 part 4).
 
-  python -m launch.sweep --config=configs/dyck_za.py --workdir=results/dyck_za_model
+  python -m launch.sweep --config=configs/dyck_za.py --workdir=results/dyck/za_model
   python -m launch.sweep --config=configs/dyck_za.py:smoke --workdir=/tmp/z   # CI size
 
 Each run is configs/dyck.py with optimizer=za and mix=za_exact: their GPT-2

@@ -22,7 +22,7 @@ Our choices where the paper is silent (all chosen by us): alphabet 4, length 32
 (Sanford et al. use 100; shorter keeps CPU runs short), accuracy over positions
 whose label is a letter; model sizes as in configs/common.py but L = k + 1
 layers (Sanford et al.'s logarithmic depth would give the trained model fewer
-layers; with L = k + 1 it reaches 99% at every k we report: results/khop_select),
+layers; with L = k + 1 it reaches 99% at every k we report: results/khop/select),
 and the sparse UT's frozen MLP (res_ln_mlp) of hidden width d = 32, the width
 of the target it simulates (random UT: m; trained: its width); batch 32
 strings (about 25 labelled positions each, about 800 labels a batch); AdamW
@@ -37,7 +37,7 @@ Why the fixed values (batch 32, the d-wide MLP, L = k + 1), with what we
 measured while choosing them: docs/history.md, section "k-hop induction
 heads"; batch and warm-up checked on the validation seeds:
 configs/khop_select.py:part=batch. Run time: the per-run `run_seconds` of
-results/khop_select (trained models, one core each).
+results/khop/select (trained models, one core each).
 """
 
 from configs import common

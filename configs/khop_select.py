@@ -1,11 +1,11 @@
 r"""Choosing the k-hop table's learning rates and the UTs' embedding scale, on
 validation seeds (100, 101) that no table run uses.
 
-  python -m launch.sweep --config=configs/khop_select.py --workdir=results/khop_select
-  python -m launch.sweep --config=configs/khop_select.py:part=uts --workdir=results/khop_select_uts
-  python -m launch.sweep --config=configs/khop_select.py:part=batch --workdir=results/khop_select_batch
-  python -m launch.sweep --config=configs/khop_select.py:part=k4 --workdir=results/khop_select_k4
-  python -m launch.sweep --config=configs/khop_select.py:part=sanford --workdir=results/khop_select_sanford
+  python -m launch.sweep --config=configs/khop_select.py --workdir=results/khop/select
+  python -m launch.sweep --config=configs/khop_select.py:part=uts --workdir=results/khop/select_uts
+  python -m launch.sweep --config=configs/khop_select.py:part=batch --workdir=results/khop/select_batch
+  python -m launch.sweep --config=configs/khop_select.py:part=k4 --workdir=results/khop/select_k4
+  python -m launch.sweep --config=configs/khop_select.py:part=sanford --workdir=results/khop/select_sanford
   python -m launch.sweep --config=configs/khop_select.py:smoke --workdir=/tmp/s  # CI size
 
 Each run is configs/khop.py (its protocol: constant learning rate after 100
@@ -13,7 +13,7 @@ warmup steps, batch 32, stopped at >= 99.5% validation accuracy at two
 evaluations in a row, else at 20000 steps) with the run's arguments.
 
 Each part's grid and why: docs/results.md, "The k-hop selection on validation
-seeds". Run time: results/khop_select*/selection.md's cost line.
+seeds". Run time: results/khop/select*/selection.md's cost line.
 """
 
 from configs import common

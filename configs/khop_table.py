@@ -1,7 +1,7 @@
 r"""The k-hop table under the protocol of configs/khop.py, with the
 hyperparameters chosen on validation seeds.
 
-  python -m launch.sweep --config=configs/khop_table.py --workdir=results/khop_v2
+  python -m launch.sweep --config=configs/khop_table.py --workdir=results/khop
   python -m launch.sweep --config=configs/khop_table.py:ks=2,kinds=sparse --workdir=W
   python -m launch.sweep --config=configs/khop_table.py:smoke --workdir=/tmp/t  # CI size
 
@@ -24,7 +24,7 @@ its sparse UT (m = 4000) takes hours per run on one core at the 20000-step
 cap. batch=selected trains instead only the trained rows whose batch size
 or warm-up chosen on validation seeds (configs/khop_select.py:part=batch,
 BATCHES) differs from the protocol's, at that choice, into their own workdir:
-  python -m launch.sweep --config=configs/khop_table.py:kinds=trained,batch=selected,compiled=False --workdir=results/khop_v2_batch
+  python -m launch.sweep --config=configs/khop_table.py:kinds=trained,batch=selected,compiled=False --workdir=results/khop/batch
 Compiled-UT rows: the trained attention-only model compiled into the
 sparse UT at every k and into a random UT at k in random_compiled_ks.
 Runs stop at 99.5% validation accuracy or at the 20000-step cap. A cell one
@@ -74,7 +74,7 @@ PAPER = {
 # trained model; by kind for the UTs (res_ln at k = 2, taken by every variant
 # and k of that kind); (batch size, warm-up steps) by (variant, k) for the
 # trained rows of batch=selected.
-TRAINED = {  # results/khop_select/selection.md
+TRAINED = {  # results/khop/select/selection.md
     ("res_ln_mlp", 2): (0.003, 1.0, "constant"),
     ("attn", 2): (0.001, 1.0, "constant"),
     ("res_ln_mlp", 3): (0.003, 1.0, "constant"),
@@ -82,11 +82,11 @@ TRAINED = {  # results/khop_select/selection.md
     ("res_ln_mlp", 4): (0.001, 1.0, "constant"),
     ("attn", 4): (0.001, 1.0, "cosine"),
 }
-UTS = {  # results/khop_select_uts/selection.md
+UTS = {  # results/khop/select_uts/selection.md
     "sparse": (0.01, 0.1, "constant"),
     "random": (0.01, 0.1, "constant"),
 }
-BATCHES = {  # results/khop_select_batch/selection.md
+BATCHES = {  # results/khop/select_batch/selection.md
     ("res_ln_mlp", 2): (16, 100),
     ("attn", 2): (32, 1000),
     ("res_ln_mlp", 3): (16, 100),
@@ -94,9 +94,9 @@ BATCHES = {  # results/khop_select_batch/selection.md
 }
 # Each literal's name, the selection sweep that chooses it and its table.
 SELECTIONS = {
-    "TRAINED": ("", "results/khop_select"),
-    "UTS": (":part=uts", "results/khop_select_uts"),
-    "BATCHES": (":part=batch", "results/khop_select_batch"),
+    "TRAINED": ("", "results/khop/select"),
+    "UTS": (":part=uts", "results/khop/select_uts"),
+    "BATCHES": (":part=batch", "results/khop/select_batch"),
 }
 
 

@@ -20,10 +20,10 @@ width.md and width.png: final test accuracy and the share of seeds reaching
 
 The Dyck table's lr was chosen at m = 256 only. With `lrs=selected` a Dyck
 run takes instead the lr that configs/width_select.py chose at its width on
-a validation seed (DYCK_LRS, from results/width_select/selection.md); a run
+a validation seed (DYCK_LRS, from results/width/select/selection.md); a run
 whose lr is the table's keeps its name, the others' names add train.lr:
 
-  python -m launch.sweep --config=configs/width.py:cells=dyck,lrs=selected --workdir=results/width_lr
+  python -m launch.sweep --config=configs/width.py:cells=dyck,lrs=selected --workdir=results/width/lr
 
 `ratios=` (e.g. 1+2) plans some of the ratios only; runs of the others are
 left as they are, and the report covers the finished runs it plans.
@@ -39,7 +39,7 @@ from ut.core import bounds
 
 # The lr configs/width_select.py chose for the Dyck cell, by width m (for
 # lrs=selected).
-DYCK_LRS = {  # results/width_select/selection.md
+DYCK_LRS = {  # results/width/select/selection.md
     64: 0.01,
     128: 0.01,
     256: 0.01,
@@ -123,8 +123,8 @@ def sweep(add, arg=None):
             raise common.UserError(
                 f"configs/width.py's DYCK_LRS has no lr for m={m}: choose it "
                 "with `python -m launch.sweep --config=configs/width_select.py"
-                " --workdir=results/width_select` and write it there from "
-                "results/width_select/selection.md"
+                " --workdir=results/width/select` and write it there from "
+                "results/width/select/selection.md"
             )
           if DYCK_LRS[m] != get_config(run).train.lr:
             overrides["train.lr"] = DYCK_LRS[m]

@@ -2,7 +2,7 @@ r"""The learning rate of the Dyck width runs, chosen at each width on a
 validation seed (100) that no width run uses, scored on the fixed validation
 set only.
 
-  python -m launch.sweep --config=configs/width_select.py --workdir=results/width_select
+  python -m launch.sweep --config=configs/width_select.py --workdir=results/width/select
   python -m launch.sweep --config=configs/width_select.py:smoke --workdir=/tmp/s  # CI size
 
 Why: the Dyck width cell trains every width at the lr that configs/dyck_select.py

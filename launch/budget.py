@@ -20,10 +20,10 @@ from ut.experiments import budget
 TASKS = {
     "khop": (
         khop_table,
-        ["results/khop_v2", "results/khop_v2_batch"],
+        ["results/khop", "results/khop/batch"],
         {"attention-only": ("attn",), "res_ln": ("res_ln", "res_ln_mlp")},
     ),
-    "dyck": (dyck_table, ["results/dyck_v2"], {"attention-only": ("attn",)}),
+    "dyck": (dyck_table, ["results/dyck"], {"attention-only": ("attn",)}),
 }
 
 _TASK = flags.DEFINE_string("task", None, f"One of {', '.join(TASKS)}.")

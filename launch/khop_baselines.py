@@ -1,7 +1,7 @@
 """Trivial k-hop predictors per k, on the held-out test strings of the table's
 runs (ut/experiments/khop_baselines.py).
 
-  python -m launch.khop_baselines --ks=1,2,3,4 --workdir=results/khop_baselines
+  python -m launch.khop_baselines --ks=1,2,3,4 --workdir=results/khop/baselines
 
 Writes baselines.{json,md} (with provenance): for each k and seed, the
 accuracy of copying the current letter and of the best predictor from the

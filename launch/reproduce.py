@@ -16,13 +16,16 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from configs import reproduce as reproduce_config
 from launch import cli
 from ut.errors import UserError
+from ut.experiments import index
 from ut.io import reports
 from ut.io import roofline
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "configs/reproduce.py:full", lock_config=True
+    "config", None, "configs/reproduce.py:<profile> (default: full).",
+    lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Results folder, one subfolder per step."
@@ -30,20 +33,15 @@ _WORKDIR = flags.DEFINE_string(
 _OVERWRITE = flags.DEFINE_bool(
     "overwrite", False, "Replace a finished regeneration's reproduce.json."
 )
+_INDEX_ONLY = flags.DEFINE_bool(
+    "index_only",
+    False,
+    "Only rewrite <workdir>/README.md from the folders' files; run nothing.",
+)
 
 
 def step_command(step, workdir, workers):
-  out = os.path.join(workdir, step.workdir)
-  flags_ = [f.format(workers=workers) for f in step.flags]
-  config = [f"--config={step.config}"] if step.config else []
-  return [
-      sys.executable,
-      "-m",
-      step.module,
-      *config,
-      f"--workdir={out}",
-      *flags_,
-  ]
+  return [sys.executable, *index.command(step, workdir, workers)]
 
 
 def _earlier(report_path, overwrite):
@@ -59,7 +57,8 @@ def _earlier(report_path, overwrite):
 
 
 def _write(workdir, config, steps, complete):
-  """reproduce.json and reproduce.md: written after every step."""
+  """reproduce.json and the index README.md: written after every step;
+  returns the steps' table (minutes and machine speed) for the terminal."""
   total = sum(s["seconds"] or 0.0 for s in steps)
   reports.write_json(
       os.path.join(workdir, "reproduce.json"),
@@ -92,9 +91,8 @@ def _write(workdir, config, steps, complete):
           command="",
       )
   )
-  table = reports.format_table(rows)
-  reports.write_text(os.path.join(workdir, "reproduce.md"), table + "\n")
-  return table
+  index.write_index(config, workdir)
+  return reports.format_table(rows)
 
 
 def _gflops(rate):
@@ -127,7 +125,12 @@ def main(argv):
   # SIGTERM (`kill`, a scheduler, a shutdown) unwinds like Ctrl-C, through the
   # `finally` that records the interrupted step's time.
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-  config, workdir = _CONFIG.value, _WORKDIR.value
+  config = _CONFIG.value or reproduce_config.get_config("full")
+  workdir = _WORKDIR.value
+  if _INDEX_ONLY.value:
+    index.write_index(config, workdir)
+    print(f"wrote {workdir}/README.md")
+    return
   earlier = _earlier(os.path.join(workdir, "reproduce.json"), _OVERWRITE.value)
   steps = []
   dot = roofline.make()
@@ -180,7 +183,7 @@ def main(argv):
       )
     logging.info("[%s] done in %.0fs", step.name, seconds)
   print(_write(workdir, config, steps, complete=True))
-  print(f"wrote {workdir}/reproduce.json and reproduce.md")
+  print(f"wrote {workdir}/reproduce.json and README.md")
 
 
 if __name__ == "__main__":

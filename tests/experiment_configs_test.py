@@ -52,7 +52,7 @@ class WidthTest(absltest.TestCase):
     with mock.patch.dict(module.DYCK_LRS, clear=True):
       table = sweep.collect_runs(module, "cells=dyck")
       self.assertTrue(all("train.lr" not in name for name, _ in table))
-      with self.assertRaisesRegex(UserError, "width_select/selection.md"):
+      with self.assertRaisesRegex(UserError, "width/select/selection.md"):
         sweep.collect_runs(module, "cells=dyck,lrs=selected")
     table_lr = module.get_config("cell=dyck").train.lr
     ms = [round(r * width.threshold("dyck")) for r in width.RATIOS]
@@ -256,17 +256,17 @@ class LiteralsTest(absltest.TestCase):
         c["lr"], c["embed_scale"], c.get("schedule", "constant")
     )
     self._expect(
-        "khop_select",
+        "khop/select",
         khop_table.TRAINED,
         lambda c: ((c["variant"], c["data"]["k"]), lr_scale_schedule(c)),
     )
     self._expect(
-        "khop_select_uts",
+        "khop/select_uts",
         khop_table.UTS,
         lambda c: (c["kind"], lr_scale_schedule(c)),
     )
     self._expect(
-        "khop_select_batch",
+        "khop/select_batch",
         khop_table.BATCHES,
         lambda c: (
             (c["variant"], c["data"]["k"]),
@@ -275,11 +275,11 @@ class LiteralsTest(absltest.TestCase):
         keep=lambda c: c["kind"] == "trained",
     )
     self._expect(
-        "dyck_select",
+        "dyck/select",
         dyck_table.LRS,
         lambda c: ((c["kind"], c["variant"]), c["lr"]),
     )
-    self._expect("width_select", width.DYCK_LRS, lambda c: (c["width"], c["lr"]))
+    self._expect("width/select", width.DYCK_LRS, lambda c: (c["width"], c["lr"]))
 
 
 class ChooseTest(absltest.TestCase):

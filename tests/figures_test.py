@@ -71,8 +71,8 @@ class WidthReportTest(absltest.TestCase):
   def test_report_names_runs_copied_from_another_sweep(self):
     workdir = self.create_tempdir().full_path
     for name, extra in (
-        ("a", dict(reused_from="results/dyck_v2/runs/x")),
-        ("b", dict(reused_from="results/dyck_v2/runs/y")),
+        ("a", dict(reused_from="results/dyck/runs/x")),
+        ("b", dict(reused_from="results/dyck/runs/y")),
         ("c", {}),
     ):
       os.makedirs(os.path.join(workdir, "runs", name))
@@ -85,7 +85,7 @@ class WidthReportTest(absltest.TestCase):
     with open(os.path.join(workdir, "width.md")) as f:
       last = f.read().splitlines()[-1]
     self.assertStartsWith(last, "2 runs are copies")
-    self.assertIn(" in results/dyck_v2/runs (", last)
+    self.assertIn(" in results/dyck/runs (", last)
     os.remove(os.path.join(workdir, "runs", "a", "metrics.json"))
     os.remove(os.path.join(workdir, "runs", "b", "metrics.json"))
     figures.width(

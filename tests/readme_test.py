@@ -63,8 +63,8 @@ class ReadmeTest(absltest.TestCase):
     # the simulation in the README, which links each claim's budget figure.
     for name, table in [
         ("README.md", "results/simulate/simulate_table.md"),
-        ("docs/results.md", "results/dyck_v2/paper.md"),
-        ("docs/results.md", "results/khop_v2/paper.md"),
+        ("docs/results.md", "results/dyck/paper.md"),
+        ("docs/results.md", "results/khop/paper.md"),
         ("docs/results.md", "results/learnability/learnability.md"),
     ]:
       self.assertIn(f"<!-- include: {table} -->", _read(name))

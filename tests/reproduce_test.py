@@ -74,27 +74,33 @@ class ReproduceTest(absltest.TestCase):
     )
     # The machine's speed is recorded beside each step's time.
     self.assertTrue(all(s["dot_gflops"] > 0 for s in report["steps"]))
-    with open(os.path.join(tmp, "reproduce.md")) as f:
-      self.assertIn("dot_gflops", f.readline())
+    with open(os.path.join(tmp, "README.md")) as f:
+      index = f.read()
+    # The index names every step's folder, with its state and its time at
+    # the machine's measured speed.
+    for step in reproduce_config.get_config("quick").steps:
+      self.assertIn(f"| `{step.workdir}` |", index)
+    self.assertNotIn("not run", index)
+    self.assertIn("GFLOP/s", index)
     for name in (
         "simulate/simulate_table.json",
         "threshold/threshold.png",
-        "compiled_dyck/compiled_ut.json",
-        "compiled_khop1/compiled_ut.json",
-        "dyck_v2/counting_baseline.md",
-        "khop_baselines/baselines.json",
-        "khop_select/selection.json",
-        "khop_select_uts/selection.json",
-        "khop_select_batch/selection.json",
-        "dyck_select/selection.json",
-        "khop_v2/curves.png",
-        "khop_v2_batch/paper.md",
+        "compiled/dyck/compiled_ut.json",
+        "compiled/khop1/compiled_ut.json",
+        "dyck/counting_baseline.md",
+        "khop/baselines/baselines.json",
+        "khop/select/selection.json",
+        "khop/select_uts/selection.json",
+        "khop/select_batch/selection.json",
+        "dyck/select/selection.json",
+        "khop/curves.png",
+        "khop/batch/paper.md",
         "machines/machines.md",
         "width/width.png",
         "learnability/learnability.png",
     ):
       self.assertTrue(os.path.exists(os.path.join(tmp, name)), name)
-    for table in ("dyck_v2", "khop_v2"):
+    for table in ("dyck", "khop"):
       with open(os.path.join(tmp, table, "table.json")) as f:
         got = json.load(f)
       self.assertEqual(got["missing_runs"], [])
@@ -131,7 +137,7 @@ class ReproduceTest(absltest.TestCase):
     self.assertEqual(new[:-1], old[:-1])
     self.assertGreater(new[-1]["seconds"], 1000.0)
     self.assertTrue(new[-1]["finished"])
-    self.assertTrue(os.path.exists(os.path.join(tmp, "reproduce.md")))
+    self.assertTrue(os.path.exists(os.path.join(tmp, "README.md")))
 
   def test_sigterm_records_the_interrupted_step(self):
     tmp = self.create_tempdir().full_path
@@ -213,7 +219,7 @@ class FullProfileTest(absltest.TestCase):
     steps = reproduce_config.get_config("full").steps
     sweeps = [s for s in steps if s.module == "launch.sweep"]
     self.assertContainsSubset(
-        ["width", "width_select", "width_lr"], [s.name for s in sweeps]
+        ["width", "width/select", "width/lr"], [s.name for s in sweeps]
     )
     for step in sweeps:
       path, _, arg = step.config.partition(":")

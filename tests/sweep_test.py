@@ -860,7 +860,7 @@ class SweepTest(absltest.TestCase):
           UserError,
           r"LRS has no choice for kind=sparse, variant=attn: choose it with "
           r"`python -m launch.sweep --config=configs/dyck_select.py .*"
-          r"dyck_select/selection.md",
+          r"dyck/select/selection.md",
       ):
         sweep.collect_runs(module, "mixes=hard,compiled=false")
     chosen = {
@@ -915,7 +915,7 @@ class SweepTest(absltest.TestCase):
           UserError,
           r"UTS has no choice for kind=sparse, variant=res_ln, k=2: choose "
           r"it with `python -m launch.sweep --config=configs/khop_select.py"
-          r":part=uts .*khop_select_uts/selection.md",
+          r":part=uts .*khop/select_uts/selection.md",
       ):
         sweep.collect_runs(module, grid)
     trained = {("res_ln_mlp", 2): (3e-3, 1.0, "cosine")}
@@ -963,7 +963,7 @@ class SweepTest(absltest.TestCase):
         with self.assertRaisesRegex(
             UserError,
             r"BATCHES has no choice for kind=trained, variant=attn, k=2: .*"
-            r"khop_select_batch/selection.md",
+            r"khop/select_batch/selection.md",
         ):
           sweep.collect_runs(module, grid)
       with mock.patch.dict(module.BATCHES, batches, clear=True):

@@ -43,10 +43,18 @@ def _stop(reason):
   return "plateau" if reason.startswith("plateau") else "success"
 
 
-def read_runs(folder: str) -> list[dict]:
+def source_names(folders: list[str]) -> list[str]:
+  """Each sweep folder's name for the tables: its path below the folders'
+  common parent (results/khop, results/khop/batch: khop, khop/batch)."""
+  paths = [os.path.normpath(os.path.abspath(f)) for f in folders]
+  parent = os.path.dirname(os.path.commonpath(paths))
+  return [os.path.relpath(p, parent) for p in paths]
+
+
+def read_runs(folder: str, source: str | None = None) -> list[dict]:
   """The trained runs of a sweep folder (those with a validation curve;
-  compiled-UT runs have none), each as a dict: name, source (the folder's
-  name), config, batch, curve [(strings, accuracy)], seen (strings trained)
+  compiled-UT runs have none), each as a dict: name, source (`source`, by
+  default the folder's name), config, batch, curve [(strings, accuracy)], seen (strings trained)
   and stop ('success', 'plateau' or None). UserError when the folder has
   no runs/ or no run with a curve."""
   paths = sorted(glob.glob(os.path.join(folder, "runs", "*", "metrics.json")))
@@ -63,7 +71,7 @@ def read_runs(folder: str) -> list[dict]:
     runs.append(
         dict(
             name=m["name"],
-            source=os.path.basename(os.path.normpath(folder)),
+            source=source or os.path.basename(os.path.normpath(folder)),
             config=m["config"],
             model_width=m.get("model_width"),
             batch=batch,

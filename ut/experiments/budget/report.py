@@ -141,7 +141,12 @@ def run(
 ) -> dict:
   """Writes out/<task>.md, .json and .png from the sweep folders `sources`
   (refusing to replace them unless `overwrite`); returns the JSON report."""
-  runs = [r for folder in sources for r in cells_lib.read_runs(folder)]
+  names = cells_lib.source_names(sources)
+  runs = [
+      r
+      for folder, name in zip(sources, names)
+      for r in cells_lib.read_runs(folder, name)
+  ]
   reports.check_folder(out, "--out")
   paths = [os.path.join(out, f"{task}.{ext}") for ext in ("md", "json", "png")]
   reports.refuse_existing(paths, overwrite, flag="--overwrite")
@@ -186,7 +191,7 @@ def run(
 def _title(meta):
   return (
       f"{meta['task']}: validation accuracy against strings seen"
-      f" ({', '.join(map(os.path.basename, meta['sources']))})"
+      f" ({', '.join(cells_lib.source_names(meta['sources']))})"
   )
 
 

@@ -49,7 +49,7 @@ def _span(chosen, present):
 def verdict(statuses: dict, protocol: str = "") -> str:
   """One sentence from {budget: 'match' | 'miss' | 'ceiling' | None}, e.g.
   'reproduced at <= 64k strings, not at >= 640k strings under protocol
-  khop_v2' (without its last words where `protocol` is empty)."""
+  khop' (without its last words where `protocol` is empty)."""
   present = sorted(b for b, s in statuses.items() if s)
   pick = lambda s: [b for b in present if statuses[b] == s]
   match, miss, ceiling = pick("match"), pick("miss"), pick("ceiling")
