@@ -250,7 +250,7 @@ def get_config(arg="full"):
             "launch.budget",
             None,
             "dyck.json",
-            ["--task=dyck", "--sources={root}/dyck"],
+            ["--task=dyck", "--sources={root}/dyck,{root}/dyck/za_model"],
             workdir="budget",
             out_flag="--out",
         ),
