@@ -117,11 +117,7 @@ def restore_checkpoint(
     mngr: ocp.CheckpointManager, step: int, state: TrainState, labels: dict
 ) -> TrainState:
   """One run's TrainState at a checkpointed step; state is its initial one,
-  whose frozen leaves it keeps. Reads checkpoints that hold the whole state
-  too (written before checkpoints dropped the frozen leaves)."""
-  if "params" in mngr.item_metadata(step).tree:  # The whole state.
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state)
-    return mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+  whose frozen leaves it keeps."""
   abstract = jax.tree.map(
       ocp.utils.to_shape_dtype_struct, checkpointed(state, labels)
   )

@@ -15,60 +15,18 @@ import numpy as np
 from ut.errors import UserError
 from ut.io import reports
 
-# Config fields added after runs were recorded: their value in older runs.
-_ADDED_FIELDS = {
-    "model.mlp_width": 0,
-    "model.embed_scale": 1.0,
-    "model.impl": "auto",
-    "train.data_parallel": False,
-    "train.schedule": "cosine",
-    "train.stop_accuracy": 0.0,
-    "train.stop_evals": 2,
-    "train.plateau_evals": 0,
-    "train.plateau_delta": 0.0,
-    "train.init_params": "",
-    "eval.test_each": False,
-    # Runs before the field: JAX's default, which on CPU is full float32
-    # (bit-identical to "highest", tests/precision_test.py).
-    "precision": "highest",
-}
 # Sections of host settings (configs/cpu.py), not of the run: a run resumes,
 # or is evaluated, on any host.
 HOST_SECTIONS = ("cpu",)
 
 
 def stored_config(config_dict: dict) -> dict:
-  """A config read back from a run's JSON in today's form: fields added since
-  filled in, and without the host settings (HOST_SECTIONS)."""
+  """A config read back from a run's JSON, without the host settings
+  (HOST_SECTIONS): the part a resume must match."""
   out = json.loads(json.dumps(config_dict))
   for section in HOST_SECTIONS:
     out.pop(section, None)
-  for dotted, value in _ADDED_FIELDS.items():
-    node, leaf = _parent(out, dotted)
-    if isinstance(node, dict):
-      node.setdefault(leaf, value)
   return out
-
-
-def _refuse_old_sparse_order(raw, workdir):
-  """A sparse run recorded without model.impl was saved in the block order
-  before the one of `sparse.block_names` (level, string, role): its E and U
-  would be read in the wrong order, so it cannot be resumed or evaluated."""
-  model = raw.get("model", {})
-  if model.get("kind") == "sparse" and "impl" not in model:
-    raise UserError(
-        f"{workdir} holds a sparse-UT run saved in the block order "
-        f"used before the redesign (its config has no model.impl); "
-        f"retrain it in a new --workdir"
-    )
-
-
-def _parent(tree, dotted):
-  """(the dict that holds field `dotted` of a nested dict, or None; its key)."""
-  *parents, leaf = dotted.split(".")
-  for p in parents:
-    tree = tree.get(p) if isinstance(tree, dict) else None
-  return tree, leaf
 
 
 def config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
@@ -90,7 +48,6 @@ def check_workdir_config(config, workdir: str) -> None:
   if os.path.exists(path):
     with open(path) as f:
       raw = json.load(f)
-    _refuse_old_sparse_order(raw, workdir)
     stored = stored_config(raw)
     run = stored_config(current)  # Host settings may differ.
     if stored != run:
@@ -101,8 +58,8 @@ def check_workdir_config(config, workdir: str) -> None:
           f"to resume"
       )
   else:
-    # Always recorded, so that a run's block order can be told later
-    # (`_refuse_old_sparse_order`), even from a config built by hand.
+    # Always recorded, so that a run's implementation can be read from its
+    # record, even from a config built by hand.
     current.setdefault("model", {}).setdefault("impl", "auto")
     reports.write_json(path, current)
 
@@ -117,7 +74,6 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     )
   with open(path) as f:
     raw = json.load(f)
-  _refuse_old_sparse_order(raw, workdir)
   return ml_collections.ConfigDict(stored_config(raw))
 
 
