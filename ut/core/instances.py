@@ -75,6 +75,18 @@ def random_targets(num_heads, num_layers, width, *, num, seed, causal=True):
   return gens
 
 
+def random_instances(num_heads, num_layers, width, *, num, seed, batch,
+                     seq_len, causal=True):
+  """(`random_targets`, inputs x_GxBxTxD): `num` targets and, for each, a
+  batch of standard normal inputs from numpy's default_rng(seed). The
+  simulation table and the threshold curve check their UTs on these."""
+  targets = random_targets(
+      num_heads, num_layers, width, num=num, seed=seed, causal=causal
+  )
+  rng = np.random.default_rng(seed)
+  return targets, rng.standard_normal((num, batch, seq_len, width))
+
+
 def _build_sparse(target, *, seed, m, k_u, shared):
   del seed, m, k_u, shared  # The sparse UT depends on (H, L, d) only.
   ut = sparse.make_sparse_ut(target.num_heads, target.num_layers, target.width)

@@ -109,17 +109,15 @@ def table_row(num_heads, num_layers, width, config, padding=None):
   their compiled programs); None for the row's own sizes.
   """
   start = time.perf_counter()
-  gens = instances.random_targets(
+  gens, x = instances.random_instances(
       num_heads,
       num_layers,
       width,
       num=config.num_targets,
       seed=config.seed,
+      batch=config.batch,
+      seq_len=config.seq_len,
       causal=config.causal,
-  )
-  rng = np.random.default_rng(config.seed)
-  x = rng.standard_normal(
-      (config.num_targets, config.batch, config.seq_len, width)
   )
   row = {
       "H": num_heads,

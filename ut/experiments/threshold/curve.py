@@ -101,17 +101,15 @@ def sweep_row(num_heads, num_layers, width, config, padding=None):
   targets_lib.check_positive(H=num_heads, L=num_layers, d=width)
   n = bounds.random_threshold(num_heads, num_layers, width)
   lower = bounds.lower_bound(num_heads, num_layers)
-  targets = random_targets(
+  targets, x = instances.random_instances(
       num_heads,
       num_layers,
       width,
       num=config.num_targets,
       seed=config.seed,
+      batch=config.batch,
+      seq_len=config.seq_len,
       causal=config.causal,
-  )
-  rng = np.random.default_rng(config.seed)
-  x = rng.standard_normal(
-      (config.num_targets, config.batch, config.seq_len, width)
   )
   rows = []
   ms = widths(num_heads, num_layers, width, config.ratios)
