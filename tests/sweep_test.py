@@ -143,8 +143,8 @@ class SweepTest(absltest.TestCase):
     self.assertEqual(sweep.group_key(configs[0]), sweep.group_key(configs[1]))
     # The group and a single run go through the same loop, step, batches and
     # evaluation (every eval.every steps, for each run).
-    # Each function's module, and ut.training.train's name for it, where the
-    # sweep reaches it through that module: one spy in both places.
+    # Each function in the module that defines it, where the group and the
+    # single run both reach it: one spy for both.
     homes = dict(
         train_loop=loop,
         train_step=step_lib,
@@ -158,8 +158,6 @@ class SweepTest(absltest.TestCase):
       for name, home in homes.items():
         spied[name] = mock.MagicMock(wraps=getattr(home, name))
         stack.enter_context(mock.patch.object(home, name, spied[name]))
-        if hasattr(train, name):
-          stack.enter_context(mock.patch.object(train, name, spied[name]))
       got = sweep.train_group(configs)
       calls["group"] = {name: spied[name].call_count for name in shared}
       for spy in spied.values():
@@ -251,8 +249,8 @@ class SweepTest(absltest.TestCase):
     folder = os.path.join(self.create_tempdir().full_path, "group")
     with mock.patch.object(loop, "stop_reason", rule):
       want = sweep.train_group(configs)
-      # The sweep reaches the batches and the loop through ut.training.train.
-      with mock.patch.object(train, "train_batch", interrupted):
+      # The sweep reaches the batches and the loop through their modules.
+      with mock.patch.object(data_lib, "train_batch", interrupted):
         with self.assertRaises(KeyboardInterrupt):
           sweep.train_group(configs, folder)
       # Only the trained leaves are kept (E and U): the frozen UT is redrawn.
@@ -272,7 +270,7 @@ class SweepTest(absltest.TestCase):
         self.assertEqual([saved[k].shape for k in saved.files], trained)
         self.assertLess(len(trained), len(jax.tree.leaves(params)))
       with mock.patch.object(
-          train, "train_loop", wraps=loop.train_loop
+          loop, "train_loop", wraps=loop.train_loop
       ) as looped:
         got = sweep.train_group(configs, folder)
     self.assertEqual(looped.call_args.kwargs["start_step"], 8)

@@ -14,7 +14,7 @@ import math
 import os
 
 from ut.io import reports
-from ut.training import train
+from ut.training import records
 
 
 def _strings_to_99(row):
@@ -89,7 +89,7 @@ def report(workdir, rows, cost=""):
       config = json.load(f)["config"]
     row["embed_scale"] = config["model"]["embed_scale"]
     # Runs recorded before the field existed: its default then (stored_config).
-    stored = train.stored_config(config)["train"]
+    stored = records.stored_config(config)["train"]
     row["schedule"] = stored["schedule"]
     row["batch_size"] = stored["batch_size"]
     row["warmup_steps"] = stored["warmup_steps"]
