@@ -22,13 +22,14 @@ import pytest
 from configs import dyck as dyck_config
 from configs import khop as khop_config
 from tests import cli_helpers
+from tests import paths
 from tests import xla_settings
 from ut.errors import UserError
 from ut.training import evaluate
 from ut.training import models
 from ut.training import train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 # name -> (config, longest text that fits the position table).
 DYCK = dyck_config.get_config("smoke")
