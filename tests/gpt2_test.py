@@ -303,12 +303,7 @@ class ConfigTest(absltest.TestCase):
       self.assertEqual(c.model.ut_seed, c.seed)  # Each seed a new machine.
 
 
-class TrainTest(absltest.TestCase):
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.enterClassContext(xla_settings.fast_compile())
+class TrainTest(xla_settings.FastCompile, absltest.TestCase):
 
   def test_smoke_run_trains_e_and_u_only(self):
     config = dyck_config.get_config("model=gpt2_random,optimizer=za,smoke")

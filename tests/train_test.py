@@ -123,14 +123,9 @@ def run_train(workdir, *overrides, config="configs/dyck.py:smoke"):
   )
 
 
-class TrainAndEvaluateTest(parameterized.TestCase):
+class TrainAndEvaluateTest(xla_settings.FastCompile, parameterized.TestCase):
   """Smoke training, where the loop is the point: most XLA optimizations
   off (tests/xla_settings.py)."""
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.enterClassContext(xla_settings.fast_compile())
 
   @parameterized.parameters("dyck", "khop")
   def test_smoke_run_writes_outputs_and_rerun_keeps_them(self, task):

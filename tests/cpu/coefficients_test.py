@@ -68,13 +68,8 @@ def assert_trainable_match(got, want, msg):
     )
 
 
-class LastOnlyTest(parameterized.TestCase):
+class LastOnlyTest(xla_settings.FastCompile, parameterized.TestCase):
   """apply(..., last_only=True) is apply(...)[:, -1:], gradients included."""
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.enterClassContext(xla_settings.fast_compile())
 
   @parameterized.product(num_layers=(1, 2, 3), causal=(True, False))
   def test_random_attn_coefficient_form(self, num_layers, causal):

@@ -70,14 +70,9 @@ _REFERENCE_ROWS = {
 }
 
 
-class ModelsTest(chex.TestCase):
+class ModelsTest(xla_settings.FastCompile, chex.TestCase):
   """Compiled with most XLA optimizations off (tests/xla_settings.py): the
   values are the same computation, and compiling is most of the time here."""
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.enterClassContext(xla_settings.fast_compile())
 
   @parameterized.product(
       shape=model_reference.SPARSE_SHAPES,

@@ -17,14 +17,9 @@ from ut.errors import UserError
 from ut.training import implementation
 
 
-class ModelsTest(chex.TestCase):
+class ModelsTest(xla_settings.FastCompile, chex.TestCase):
   """Compiled with most XLA optimizations off (tests/xla_settings.py): the
   values are the same computation, and compiling is most of the time here."""
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.enterClassContext(xla_settings.fast_compile())
 
   def test_auto_impl_follows_the_backend(self):
     want = "xla_cpu" if jax.default_backend() == "cpu" else "reference"
@@ -35,13 +30,8 @@ class ModelsTest(chex.TestCase):
       implementation.resolve_impl("gpu")
 
 
-class LastOnlyTest(parameterized.TestCase):
+class LastOnlyTest(xla_settings.FastCompile, parameterized.TestCase):
   """apply(..., last_only=True) is apply(...)[:, -1:], gradients included."""
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.enterClassContext(xla_settings.fast_compile())
 
   def test_split_layers_hold_the_stacked_maps_and_serve_the_form_only(self):
     spec = model_reference.make_spec(

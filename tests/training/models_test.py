@@ -125,14 +125,9 @@ class OptimizedCompileTest(parameterized.TestCase):
     )
 
 
-class ModelsTest(chex.TestCase):
+class ModelsTest(xla_settings.FastCompile, chex.TestCase):
   """Compiled with most XLA optimizations off (tests/xla_settings.py): the
   values are the same computation, and compiling is most of the time here."""
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.enterClassContext(xla_settings.fast_compile())
 
   @parameterized.named_parameters(*COMBOS)
   def test_init_apply_shapes_and_finite(self, kind, variant):
@@ -413,13 +408,8 @@ class ModelsTest(chex.TestCase):
       model_reference.make_spec(kind, variant, **kw)
 
 
-class LastOnlyTest(parameterized.TestCase):
+class LastOnlyTest(xla_settings.FastCompile, parameterized.TestCase):
   """apply(..., last_only=True) is apply(...)[:, -1:], gradients included."""
-
-  @classmethod
-  def setUpClass(cls):
-    super().setUpClass()
-    cls.enterClassContext(xla_settings.fast_compile())
 
   @parameterized.named_parameters(*COMBOS)
   def test_last_only_matches_the_last_row_with_gradients(self, kind, variant):
