@@ -6,6 +6,9 @@ compilations; and `python -m launch.simulate` as a command.
 """
 
 import contextlib
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -63,3 +66,46 @@ def make_target(
   )
   w.setdefault("wu", np.eye(width))
   return w, targets_lib.Target(**w, causal=causal, residual=residual)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_simulate(*overrides):
+  cmd = [
+      sys.executable,
+      "-m",
+      "launch.simulate",
+      "--config=configs/simulate.py",
+      *overrides,
+  ]
+  return subprocess.run(
+      cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+  )
+
+
+def write_target(
+    path,
+    rng,
+    *,
+    num_layers=2,
+    num_heads=2,
+    d=4,
+    k=3,
+    kv=5,
+    d_out=3,
+    residual=0,
+    looped=False,
+):
+  lp = 1 if looped else num_layers
+  w = dict(
+      wq=rng.standard_normal((lp, num_heads, d, k)) / 2,
+      wk=rng.standard_normal((lp, num_heads, d, k)) / 2,
+      wv=rng.standard_normal((lp, num_heads, d, kv)) / 2,
+      wo=rng.standard_normal((lp, num_heads, kv, d)) / 3,
+      wu=rng.standard_normal((d, d_out)),
+  )
+  for key in ("wq", "wk", "wv", "wo"):
+    w[key] = np.repeat(w[key], num_layers // lp, axis=0)
+  np.savez(path, **w, causal=np.array(1), residual=np.array(residual))
+  return w

@@ -13,6 +13,7 @@ import jax.extend.core
 import numpy as np
 
 from configs import cpu as cpu_config
+from configs import dyck as dyck_config
 from tests import cli_helpers
 from tests import model_reference
 from tests import train_helpers
@@ -184,6 +185,30 @@ class LastOnlyTest(xla_settings.FastCompile, parameterized.TestCase):
     self.assertFalse(cpu_forward.coefficient_form(m_wide, model_reference.T))
     with self.assertRaisesRegex(ValueError, "coefficient form only"):
       cpu_forward.apply(dict(params, layers=split), m_wide, tokens)
+
+
+class HostSettingsTest(parameterized.TestCase):
+  """launch.cli's CPU overlay (configs/cpu.py), malloc tuning and compilation
+  cache, in this process; the backend's name is patched to stand for a CPU or
+  an accelerator host."""
+
+  def test_compiler_options_come_from_the_cpu_section_only(self):
+    with mock.patch.object(jax, "default_backend", return_value="cpu"):
+      no_ynn = dict(
+          compiler_options=dict(xla_cpu_experimental_ynn_fusion_type="")
+      )
+      config = dyck_config.get_config("smoke")
+      self.assertEqual(
+          implementation.compiler_options(config), {}
+      )  # No section.
+      cpu_config.overlay(config)
+      self.assertEqual(
+          implementation.compiler_options(config), {}
+      )  # XLA's defaults.
+      config.cpu.ynn_fusions = False
+      self.assertEqual(implementation.compiler_options(config), no_ynn)
+    with mock.patch.object(jax, "default_backend", return_value="gpu"):
+      self.assertEqual(implementation.compiler_options(config), {})
 
 
 if __name__ == "__main__":

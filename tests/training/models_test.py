@@ -20,7 +20,9 @@ import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
+from configs import cpu as cpu_config
 from configs import dyck as dyck_config
+from configs import khop as khop_config
 from tests import model_reference
 from tests import xla_settings
 from ut.core.constructions import sparse
@@ -507,6 +509,25 @@ class ImplConfigTest(parameterized.TestCase):
     recorded = json.loads(config.to_json_best_effort())
     del recorded["model"]["impl"]  # A run recorded before model.impl.
     self.assertEqual(records.stored_config(recorded)["model"]["impl"], "auto")
+
+
+class CpuThreadsTest(parameterized.TestCase):
+  """XLA CPU's thread pool: cpu.threads, launch.train's per-run rule, and the
+  backend started with a smaller pool and the whole affinity mask after."""
+
+  def test_one_thread_where_the_step_takes_one_string_at_a_time(self):
+    # Zhong & Andreas's Dyck size splits its batch of 1000 into single
+    # strings (ut.cpu.host.microbatches); k-hop's step takes its batch whole.
+    za = dyck_config.get_config("model=random,variant=res_ln_mlp,max_len=60")
+    za.model.update(m=16, num_heads=4, head_width=4, mlp_ratio=4)
+    za.train.batch_size = 1000
+    self.assertEqual(models.cpu_threads(za), 1)
+    khop = khop_config.get_config("model=random,variant=res_ln,k=3")
+    self.assertIsNone(models.cpu_threads(khop))
+    # An explicit cpu.microbatches counts: whole-batch steps keep every core.
+    cpu_config.overlay(za)
+    za.cpu.microbatches = "1"
+    self.assertIsNone(models.cpu_threads(za))
 
 
 if __name__ == "__main__":
