@@ -8,8 +8,11 @@ from absl.testing import parameterized
 import jax
 import numpy as np
 
+from configs import dyck as dyck_config
+from configs import khop as khop_config
 from tests import train_helpers
 from tests import xla_settings
+from ut.errors import UserError
 from ut.training import checkpoint
 from ut.training import data as data_lib
 from ut.training import held_out
@@ -72,6 +75,45 @@ class TrainAndEvaluateTest(xla_settings.FastCompile, parameterized.TestCase):
       second = held_out.held_out_metrics(params, spec, valid)
     self.assertEqual(first, second)
     self.assertLen(traces, 1)  # One trace for all batches of both calls.
+
+
+class ProtocolTest(absltest.TestCase):
+
+  def test_eval_batches_are_the_fixed_sets(self):
+    config = dyck_config.get_config("smoke")
+    task = data_lib.make_task(config)
+    for split in ("valid", "test"):
+      batches = held_out.eval_batches(config, task, split)
+      self.assertTrue(
+          all(len(b["tokens"]) <= config.eval.batch_size for b in batches)
+      )
+      np.testing.assert_array_equal(
+          np.concatenate([b["tokens"] for b in batches]),
+          task.held_out(split)["tokens"],
+      )
+    np.testing.assert_array_equal(
+        held_out.eval_batches(config, task)[0]["tokens"],
+        held_out.eval_batches(config, task, "valid")[0]["tokens"],
+    )
+    khop = khop_config.get_config("smoke")
+    khop_task = data_lib.make_task(khop)
+    # k-hop has no fixed sets: streams (seed, 1) and (seed, 2), of eval.num.
+    valid, test = (
+        np.concatenate(
+            [b["tokens"] for b in held_out.eval_batches(khop, khop_task, s)]
+        )
+        for s in ("valid", "test")
+    )
+    self.assertLen(valid, khop.eval.num)
+    np.testing.assert_array_equal(
+        test,
+        khop_task.batch(khop.eval.num, data_lib.stream_seed(khop.seed, 2))[
+            "tokens"
+        ],
+    )
+    self.assertFalse(np.array_equal(valid, test))
+    with self.assertRaisesRegex(UserError, r"held-out split 'train'"):
+      held_out.eval_batches(khop, khop_task, "train")
 
 
 if __name__ == "__main__":

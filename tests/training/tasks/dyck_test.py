@@ -154,5 +154,86 @@ class DyckTest(parameterized.TestCase):
     self.assertEqual(result.failed, 0)
 
 
+class HeldOutKeysTest(parameterized.TestCase):
+
+  def test_keys_are_equal_exactly_for_equal_strings(self):
+    texts = [
+        "".join(c) for n in range(7) for c in itertools.product("()", repeat=n)
+    ]
+    keys = dyck.keys(dyck.encode(texts, 8))
+    self.assertLen(set(k.tobytes() for k in keys), len(texts))
+    again = dyck.keys(dyck.encode(texts[::-1], 8))[::-1]
+    np.testing.assert_array_equal(keys, again)
+
+  def test_contains(self):
+    held = dyck.key_set(dyck.encode(["()", "(", "(())"], 6))
+    query = dyck.keys(dyck.encode(["", "()", ")(", "(())", "((((((", "("], 6))
+    np.testing.assert_array_equal(
+        dyck.contains(held, query), [False, True, False, True, False, True]
+    )
+    with self.assertRaisesRegex(ValueError, r"differ in width"):
+      dyck.contains(held, dyck.keys(dyck.encode(["()"], 60)))
+
+  @parameterized.parameters(*dyck.MIXES)
+  def test_only_excluded_rows_are_redrawn(self, mix):
+    free_tokens, _ = dyck.generate_tokens(3000, 8, mix, seed=5)
+    exclude = dyck.key_set(free_tokens[:200])
+    tokens, labels = dyck.generate_tokens(3000, 8, mix, seed=5, exclude=exclude)
+    hit = dyck.contains(exclude, dyck.keys(free_tokens))
+    self.assertGreater(hit.sum(), 200)  # Short strings repeat.
+    np.testing.assert_array_equal(tokens[~hit], free_tokens[~hit])
+    self.assertFalse(dyck.contains(exclude, dyck.keys(tokens)).any())
+    again = dyck.generate_tokens(3000, 8, mix, seed=5, exclude=exclude)
+    np.testing.assert_array_equal(again[0], tokens)
+    np.testing.assert_array_equal(labels, dyck.labels_of(tokens))
+
+  def test_excluding_every_string_is_an_error(self):
+    every = [
+        "".join(c)
+        for n in range(1, 3)
+        for c in itertools.product("()", repeat=n)
+    ]
+    with self.assertRaisesRegex(ValueError, r"held-out sets hold almost every"):
+      dyck.generate(
+          4, 2, "za", seed=0, exclude=dyck.key_set(dyck.encode(every, 2))
+      )
+
+
+class ProtocolTest(absltest.TestCase):
+
+  def test_breakdown_on_a_hand_made_set(self):
+    texts = ["()", ")(", "(", "(())", "()" * 10, ")(" * 15, "(" * 25, "()" * 30]
+    labels = [1, 0, 0, 1, 1, 0, 0, 1]
+    preds = [1, 1, 0, 0, 1, 0, 1, 1]
+    got = dyck.breakdown(texts, labels, preds, max_len=60)
+    self.assertEqual(got["num"], 8)
+    self.assertEqual(got["accuracy"], 5 / 8)
+    self.assertEqual(
+        list(got["by_length"]),
+        ["1-10", "11-20", "21-30", "31-40", "41-50", "51-60"],
+    )
+    self.assertEqual(got["by_length"]["1-10"], dict(num=4, accuracy=0.5))
+    self.assertEqual(got["by_length"]["11-20"], dict(num=1, accuracy=1.0))
+    self.assertEqual(got["by_length"]["21-30"], dict(num=2, accuracy=0.5))
+    self.assertEqual(got["by_length"]["31-40"], dict(num=0, accuracy=None))
+    self.assertEqual(got["by_length"]["51-60"], dict(num=1, accuracy=1.0))
+    self.assertEqual(
+        got["by_subset"],
+        dict(
+            balanced=dict(num=4, accuracy=0.75),
+            unbalanced_unequal_counts=dict(num=2, accuracy=0.5),
+            unbalanced_equal_counts=dict(num=2, accuracy=0.5),
+        ),
+    )
+    self.assertEqual(got["short_balanced"], dict(num=2, accuracy=0.5))
+    counting = dyck.breakdown(texts, labels, dyck.counting_baseline(texts))
+    self.assertEqual(
+        counting["by_subset"]["unbalanced_equal_counts"]["accuracy"], 0
+    )
+    self.assertEqual(
+        list(counting["by_length"])[-1], "51-60"
+    )  # The longest text.
+
+
 if __name__ == "__main__":
   absltest.main()

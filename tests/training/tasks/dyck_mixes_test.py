@@ -1,19 +1,24 @@
-"""The 'za_exact' Dyck mix against the statistics of Zhong & Andreas's code.
+"""ut.training.tasks.dyck_mixes: Zhong & Andreas's `za` generator against a
+reference written from its definition, and `za_exact` against their code.
 
-Issue 48 measured their generator (task_dyckstream.py in
-github.com/fjzzq2002/random_transformers) and our 'za' mix on 200k strings
-each (`THEIRS`). 'za_exact' follows their rules; these tests check that it
-matches their figures where 'za' does not, and check its mutation rules
-directly: exactly at max_len 2, where every string's law is a small sum.
+The reference generator (tests/dyck_reference.py) is written from the
+definition in ut/training/tasks/dyck.py's docstring, one string at a time in
+plain Python (recursion for the grammar), independently of the vectorised
+module. `za_exact` is checked against their code's statistics and exact laws.
 """
 
+import collections
 import hashlib
+import random
 import time
 
 from absl.testing import absltest
+from absl.testing import parameterized
 import numpy as np
+from scipy import stats
 
 from configs import dyck as dyck_config
+from tests import dyck_reference
 from ut.training import data
 from ut.training.tasks import dyck
 from ut.training.tasks import dyck_mixes
@@ -118,6 +123,136 @@ def two_bracket_law(swap_prob, geometric_p, double_prob):
   for state, text in _STRINGS.items():
     law[text] = 1 / 3 * 1 / 2 * 1 / 4 + 2 / 3 * grammar[state]
   return law
+
+
+# ------------------------------------------------------------------ generator
+
+
+class ZaGeneratorTest(parameterized.TestCase):
+
+  def test_grammar_matches_its_exact_law(self):
+    # 42 words of 5 pairs, their probabilities from the recursion itself.
+    law = dyck_reference.exact_grammar(5)
+    self.assertLen(law, 42)
+    self.assertAlmostEqual(sum(law.values()), 1.0)
+    num = 60000
+    open_BxL = dyck_mixes._grammar_words(
+        np.random.default_rng(0), np.full(num, 5), 10
+    )
+    texts = ["".join("(" if o else ")" for o in row) for row in open_BxL]
+    counts = collections.Counter(texts)
+    self.assertTrue(set(counts) <= set(law), set(counts) - set(law))
+    words = sorted(law)
+    observed = np.array([counts[w] for w in words])
+    expected = num * np.array([law[w] for w in words])
+    self.assertGreater(
+        stats.chisquare(observed, expected).pvalue, dyck_reference.P_FAIL
+    )
+
+  def test_grammar_rows_of_mixed_sizes_are_right_aligned(self):
+    pairs = np.array([1, 3, 2, 5])
+    open_BxL = dyck_mixes._grammar_words(np.random.default_rng(1), pairs, 10)
+    for row, t in zip(open_BxL, pairs):
+      self.assertFalse(row[: 10 - 2 * t].any())
+      word = "".join("(" if o else ")" for o in row[10 - 2 * t :])
+      self.assertIn(word, dyck_reference.exact_grammar(t))
+
+  @parameterized.named_parameters(
+      ("plain", ()), ("held_out", ("()", ")(", "(())"))
+  )
+  def test_za_mix_matches_the_reference_generator(self, held_out):
+    # Every string of at most 6 brackets, with its frequency: one law. With
+    # held-out strings, the reference redraws them as the definition says.
+    max_len, rng = 6, random.Random(0)
+    exclude = dyck.key_set(dyck.encode(held_out, max_len)) if held_out else None
+    ref = []
+    while len(ref) < 60000:
+      text = dyck_reference.ref_za(rng, max_len)
+      if text not in held_out:
+        ref.append(text)
+    _, labels, texts = dyck.generate(
+        200000, max_len, "za", seed=1, exclude=exclude
+    )
+    self.assertFalse(set(texts) & set(held_out))
+    self.assertGreater(
+        dyck_reference.two_sample_p(
+            collections.Counter(texts), collections.Counter(ref)
+        ),
+        dyck_reference.P_FAIL,
+    )
+    for text, label in zip(texts[:2000], labels):
+      self.assertEqual(bool(label), dyck_reference.ref_balanced(text), text)
+
+  def test_the_reference_comparison_sees_a_different_mutation_rate(self):
+    # The comparison above can fail: fewer mutations (p = 1) or more (p = 0.5)
+    # than the generator's p are told apart on the same sample sizes.
+    _, _, texts = dyck.generate(200000, 6, "za", seed=1)
+    for p in (1.0, 0.5):
+      rng = random.Random(0)
+      ref = collections.Counter(
+          dyck_reference.ref_za(rng, 6, p) for _ in range(60000)
+      )
+      self.assertLess(
+          dyck_reference.two_sample_p(collections.Counter(texts), ref),
+          dyck_reference.P_FAIL,
+          p,
+      )
+
+  def test_statistics_of_zhong_and_andreas(self):
+    # Their figures for the mix, within the precision they are stated to
+    # (half a unit of the last digit) plus 4 standard errors of this sample.
+    num = 400000
+    tokens, labels = dyck.generate_tokens(num, 60, "za", seed=2)
+    opens = (tokens == dyck.OPEN).sum(1)
+    closes = (tokens == dyck.CLOSE).sum(1)
+    length, equal, balanced = opens + closes, opens == closes, labels == 1
+    unbalanced = ~balanced
+    # Each statistic: (value, its standard error, stated figure, precision).
+    share = lambda x: (x.mean(), np.sqrt(x.mean() * (1 - x.mean()) / len(x)))
+    checks = {
+        "balanced": (*share(balanced), 0.525, 0.0005),
+        "mean length": (length.mean(), length.std() / np.sqrt(num), 31, 0.5),
+        "counting accuracy": (*share(equal == balanced), 0.93, 0.005),
+        "equal counts among unbalanced": (
+            *share(equal[unbalanced]),
+            0.15,
+            0.005,
+        ),
+    }
+    for name, (value, se, stated, precision) in checks.items():
+      print(f"za at max_len 60: {name} {value:.4f} (stated {stated})")
+      self.assertLessEqual(abs(value - stated), precision + 4 * se, name)
+    self.assertEqual((length.min(), length.max()), (1, 60))
+    # The lengths: uniform 1..60 (1/3) and even 2..60 (2/3): mean 30.83.
+    self.assertAlmostEqual(
+        float(length.mean()),
+        30.5 / 3 + 2 * 31 / 3,
+        delta=4 * length.std() / np.sqrt(num),
+    )
+
+  @parameterized.parameters(*dyck.MIXES)
+  def test_lengths_at_the_default_max_len(self, mix):
+    tokens, labels, texts = dyck.generate(20000, 60, mix, seed=3)
+    lengths = {len(t) for t in texts}
+    want = set(range(1, 61)) if mix != "hard" else set(range(2, 61, 2))
+    self.assertEqual(lengths, want)
+    self.assertEqual(tokens.shape, (20000, 61))
+    self.assertEqual(dyck.decode(tokens[:500]), texts[:500])
+    for text, label in zip(texts[:3000], labels):
+      self.assertEqual(bool(label), dyck_reference.ref_balanced(text), text)
+
+  def test_hard_mix_keeps_counting_at_half_with_held_out_strings(self):
+    exclude = dyck.key_set(
+        dyck.encode(["()", ")(", "(())", "()()", "))(("], 60)
+    )
+    tokens, labels, texts = dyck.generate(
+        1001, 60, "hard", seed=4, exclude=exclude
+    )
+    self.assertEqual(int(labels.sum()), 500)
+    self.assertFalse({"()", ")(", "(())", "()()", "))(("} & set(texts))
+    self.assertEqual(dyck.counting_baseline_accuracy(texts, labels), 500 / 1001)
+    for text, label in zip(texts, labels):
+      self.assertEqual(bool(label), dyck_reference.ref_balanced(text), text)
 
 
 class ZaExactTest(absltest.TestCase):
