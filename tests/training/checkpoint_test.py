@@ -7,9 +7,12 @@ import shutil
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from configs import khop as khop_config
+from tests import cli_helpers
 from tests import train_helpers
 from tests import xla_settings
 from ut.errors import UserError
@@ -17,6 +20,10 @@ from ut.training import checkpoint
 from ut.training import data as data_lib
 from ut.training import models
 from ut.training import train
+
+
+def _spec(config):
+  return models.model_spec(config, data_lib.make_task(config).info)
 
 
 class TrainAndEvaluateTest(xla_settings.FastCompile, parameterized.TestCase):
@@ -110,6 +117,63 @@ class TrainAndEvaluateTest(xla_settings.FastCompile, parameterized.TestCase):
         sorted(os.listdir(os.path.join(whole, "checkpoints"))), ["2"]
     )
     self.assertFalse(os.path.exists(os.path.join(whole, "metrics.json")))
+
+
+class InitParamsTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.config = khop_config.get_config("model=sparse,variant=attn,smoke")
+    self.spec = _spec(self.config)
+    self.drawn = checkpoint.init_state(self.config, self.spec)[0].params
+    self.path = os.path.join(self.create_tempdir().full_path, "init.npz")
+
+  def test_named_leaves_are_replaced_and_others_kept(self):
+    token = np.arange(
+        np.prod(self.drawn["embed"]["token"].shape), dtype=np.float32
+    ).reshape(self.drawn["embed"]["token"].shape)
+    np.savez(self.path, **{"embed/token": token})
+    self.config.train.init_params = self.path
+    params = checkpoint.init_state(self.config, self.spec)[0].params
+    np.testing.assert_array_equal(params["embed"]["token"], token)
+    for got, want in (
+        (params["embed"]["position"], self.drawn["embed"]["position"]),
+        (params["unembed"], self.drawn["unembed"]),
+    ):
+      np.testing.assert_array_equal(got, want)
+    # A restore builds the tree without the file.
+    os.remove(self.path)
+    params = checkpoint.init_state(self.config, self.spec, warm_start=False)[
+        0
+    ].params
+    jax.tree.map(np.testing.assert_array_equal, params, self.drawn)
+
+  def test_bad_files_are_user_errors(self):
+    shape = self.drawn["unembed"].shape
+    cases = (
+        ({"embed/tok": np.zeros(3)}, r"'embed/tok' is not a trainable leaf"),
+        (
+            {"unembed": np.zeros((2, 2))},
+            rf"unembed has shape \(2, 2\); this "
+            rf"model's is \({shape[0]}, {shape[1]}\)",
+        ),
+        ({"unembed": np.full(shape, np.nan)}, r"must hold finite floats"),
+    )
+    self.config.train.init_params = self.path
+    for arrays, pattern in cases:
+      np.savez(self.path, **arrays)
+      cli_helpers.assert_user_error(
+          self, pattern, checkpoint.init_state, self.config, self.spec
+      )
+    with open(self.path, "w") as f:
+      f.write("not an npz")
+    cli_helpers.assert_user_error(
+        self,
+        r"is not a readable .npz file",
+        checkpoint.init_state,
+        self.config,
+        self.spec,
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The learnability experiment: compiled programs as warm starts, noise sizes,
-resume; and config.train.init_params, the warm start it uses."""
+"""The learnability experiment (ut.experiments.learnability): the smoke run's
+programs, runs, report and figure, reruns and interruptions, and the config
+it refuses."""
 
 import csv
 import glob
@@ -11,10 +12,8 @@ import tempfile
 from unittest import mock
 
 from absl.testing import absltest
-import jax
 import numpy as np
 
-from configs import khop as khop_config
 from configs import learnability as learnability_config
 from tests import cli_helpers
 from tests import xla_settings
@@ -22,19 +21,13 @@ from ut.experiments import learnability
 from ut.experiments import sweep
 from ut.io import plots
 from ut.training import checkpoint
-from ut.training import data as data_lib
 from ut.training import held_out
-from ut.training import models
 from ut.training import train
 
 
 def _read_json(workdir):
   with open(os.path.join(workdir, "learnability.json")) as f:
     return json.load(f)
-
-
-def _spec(config):
-  return models.model_spec(config, data_lib.make_task(config).info)
 
 
 class LearnabilityRunTest(absltest.TestCase):
@@ -311,41 +304,6 @@ class LearnabilityRunTest(absltest.TestCase):
 
 class NoisyProgramTest(absltest.TestCase):
 
-  def test_relative_size_per_table_and_u_unchanged(self):
-    rng = np.random.default_rng(0)
-    program = {
-        "embed": {
-            "token": rng.standard_normal((50, 400)) * 3.0,
-            "position": rng.standard_normal((60, 400)) * 0.01,
-        },
-        "unembed": rng.standard_normal((400, 5)),
-    }
-    for s in (0.0, 0.1, 3.0):
-      out = learnability.noisy_program(program, s, seed=1)
-      for name in ("token", "position"):
-        e = program["embed"][name]
-        diff = out[f"embed/{name}"] - e
-        ratio = np.linalg.norm(diff) / np.linalg.norm(e)
-        self.assertAlmostEqual(ratio, s, delta=0.02 * s + 1e-6)
-      np.testing.assert_array_equal(
-          out["unembed"], program["unembed"].astype(np.float32)
-      )
-    a = learnability.noisy_program(program, 0.3, seed=1)
-    b = learnability.noisy_program(program, 0.3, seed=2)
-    self.assertFalse(np.array_equal(a["embed/token"], b["embed/token"]))
-
-  def test_ut_runs_follow_the_khop_protocol_not_the_targets(self):
-    config = learnability_config.get_config()
-    protocol = khop_config.get_config("model=sparse,variant=attn,k=2")
-    self.assertEqual(config.target.train.schedule, "cosine")
-    ut_spec = _spec(protocol)
-    c = learnability.ut_config(config, ut_spec, "sparse", seed=2)
-    for field in ("schedule", "steps", "stop_accuracy", "stop_evals"):
-      self.assertEqual(c.train[field], protocol.train[field], field)
-    self.assertEqual(c.train.lr, 1e-2)
-    self.assertEqual((c.seed, c.model.kind), (2, "sparse"))
-    self.assertEqual(c.data.to_dict(), config.target.data.to_dict())
-
   def test_bad_config_is_user_error(self):
     config = learnability_config.get_config("smoke")
     config.noises = (0.1, -1.0)
@@ -376,63 +334,6 @@ class NoisyProgramTest(absltest.TestCase):
       cli_helpers.assert_user_error(
           self, message, learnability.check_config, config
       )
-
-
-class InitParamsTest(absltest.TestCase):
-
-  def setUp(self):
-    super().setUp()
-    self.config = khop_config.get_config("model=sparse,variant=attn,smoke")
-    self.spec = _spec(self.config)
-    self.drawn = checkpoint.init_state(self.config, self.spec)[0].params
-    self.path = os.path.join(self.create_tempdir().full_path, "init.npz")
-
-  def test_named_leaves_are_replaced_and_others_kept(self):
-    token = np.arange(
-        np.prod(self.drawn["embed"]["token"].shape), dtype=np.float32
-    ).reshape(self.drawn["embed"]["token"].shape)
-    np.savez(self.path, **{"embed/token": token})
-    self.config.train.init_params = self.path
-    params = checkpoint.init_state(self.config, self.spec)[0].params
-    np.testing.assert_array_equal(params["embed"]["token"], token)
-    for got, want in (
-        (params["embed"]["position"], self.drawn["embed"]["position"]),
-        (params["unembed"], self.drawn["unembed"]),
-    ):
-      np.testing.assert_array_equal(got, want)
-    # A restore builds the tree without the file.
-    os.remove(self.path)
-    params = checkpoint.init_state(self.config, self.spec, warm_start=False)[
-        0
-    ].params
-    jax.tree.map(np.testing.assert_array_equal, params, self.drawn)
-
-  def test_bad_files_are_user_errors(self):
-    shape = self.drawn["unembed"].shape
-    cases = (
-        ({"embed/tok": np.zeros(3)}, r"'embed/tok' is not a trainable leaf"),
-        (
-            {"unembed": np.zeros((2, 2))},
-            rf"unembed has shape \(2, 2\); this "
-            rf"model's is \({shape[0]}, {shape[1]}\)",
-        ),
-        ({"unembed": np.full(shape, np.nan)}, r"must hold finite floats"),
-    )
-    self.config.train.init_params = self.path
-    for arrays, pattern in cases:
-      np.savez(self.path, **arrays)
-      cli_helpers.assert_user_error(
-          self, pattern, checkpoint.init_state, self.config, self.spec
-      )
-    with open(self.path, "w") as f:
-      f.write("not an npz")
-    cli_helpers.assert_user_error(
-        self,
-        r"is not a readable .npz file",
-        checkpoint.init_state,
-        self.config,
-        self.spec,
-    )
 
 
 if __name__ == "__main__":
