@@ -13,10 +13,8 @@ from configs import dyck as dyck_config
 from tests import reference
 from tests import xla_settings
 from ut.errors import UserError
-from ut.experiments import sweep
 from ut.training import checkpoint
 from ut.training import data
-from ut.training import gpt2
 from ut.training import models
 from ut.training import optimizer
 from ut.training import step as step_lib
@@ -67,7 +65,9 @@ class ForwardTest(parameterized.TestCase):
     spec = za_spec(left_pad=-1, max_len=12, num_classes=3, vocab_size=5)
     params = jittered(models.init(jax.random.PRNGKey(1), spec))
     tokens = np.random.default_rng(0).integers(0, 5, (3, 12))
-    got = models.apply(params, spec, jnp.asarray(tokens), jax.lax.Precision.HIGHEST)
+    got = models.apply(
+        params, spec, jnp.asarray(tokens), jax.lax.Precision.HIGHEST
+    )
     for b in range(3):
       want = reference.gpt2_forward(params, tokens[b], num_heads=4)
       np.testing.assert_allclose(got[b], want, rtol=2e-5, atol=2e-5)
@@ -78,7 +78,9 @@ class ForwardTest(parameterized.TestCase):
     texts = ["(", "()", "(()))(", "(" * 30 + ")" * 30]
     tokens = dyck.encode(texts, max_len=60)
     highest = jax.lax.Precision.HIGHEST
-    got = models.apply(params, spec, jnp.asarray(tokens), highest, last_only=True)
+    got = models.apply(
+        params, spec, jnp.asarray(tokens), highest, last_only=True
+    )
     full = models.apply(params, spec, jnp.asarray(tokens), highest)
     self.assertEqual(got.shape, (4, 1, 2))
     np.testing.assert_allclose(got, full[:, -1:], rtol=2e-5, atol=2e-5)
@@ -95,9 +97,13 @@ class ForwardTest(parameterized.TestCase):
   def test_gradients_flow_to_the_trained_leaves_only(self):
     spec = za_spec()
     params = models.init(jax.random.PRNGKey(0), spec)
-    task_batch = data.make_task(dyck_config.get_config("model=gpt2_random,smoke"))
+    task_batch = data.make_task(
+        dyck_config.get_config("model=gpt2_random,smoke")
+    )
     batch = task_batch.batch(16, seed=0)
-    grads = jax.grad(lambda p: step_lib.loss_and_metrics(p, spec, batch)[0])(params)
+    grads = jax.grad(lambda p: step_lib.loss_and_metrics(p, spec, batch)[0])(
+        params
+    )
     labels = models.labels(params, spec)
     for (path, g), label in zip(
         jax.tree_util.tree_leaves_with_path(grads), jax.tree.leaves(labels)
@@ -119,7 +125,8 @@ class LayoutTest(parameterized.TestCase):
     params = models.init(jax.random.PRNGKey(0), spec)
     labels = models.labels(params, spec)
     trained = [
-        a for a, l in zip(jax.tree.leaves(params), jax.tree.leaves(labels))
+        a
+        for a, l in zip(jax.tree.leaves(params), jax.tree.leaves(labels))
         if l == "train"
     ]
     self.assertEqual(size(params), 8000)
@@ -138,7 +145,9 @@ class LayoutTest(parameterized.TestCase):
     )
 
   def test_gpt2_init(self):
-    spec = za_spec(mlp_width=512, width=64, head_width=16, max_len=400)  # Large.
+    spec = za_spec(
+        mlp_width=512, width=64, head_width=16, max_len=400
+    )  # Large.
     params = models.init(jax.random.PRNGKey(0), spec)
     blocks = params["blocks"]
     for a in (
@@ -149,12 +158,19 @@ class LayoutTest(parameterized.TestCase):
         blocks["mlp"]["fc"]["kernel"],
     ):
       self.assert_normal(a, 0.02)
-    for a in (blocks["attn"]["proj"]["kernel"], blocks["mlp"]["proj"]["kernel"]):
+    for a in (
+        blocks["attn"]["proj"]["kernel"],
+        blocks["mlp"]["proj"]["kernel"],
+    ):
       self.assert_normal(a, 0.02 / np.sqrt(2 * 2))  # GPT-2's 0.02/sqrt(2 L).
     for ln in (blocks["ln1"], blocks["ln2"], params["ln_f"]):
       np.testing.assert_array_equal(ln["scale"], 1.0)
       np.testing.assert_array_equal(ln["bias"], 0.0)
-    for p in (blocks["attn"]["qkv"], blocks["attn"]["proj"], blocks["mlp"]["fc"]):
+    for p in (
+        blocks["attn"]["qkv"],
+        blocks["attn"]["proj"],
+        blocks["mlp"]["fc"],
+    ):
       np.testing.assert_array_equal(p["bias"], 0.0)
 
   def test_the_random_machine_is_the_ut_seed_draw(self):
@@ -217,7 +233,9 @@ class OptimiserTest(absltest.TestCase):
     state = tx.init(params)
     rng = np.random.default_rng(0)
     grads = [
-        jax.tree.map(lambda a: jnp.asarray(rng.normal(size=a.shape), a.dtype), params)
+        jax.tree.map(
+            lambda a: jnp.asarray(rng.normal(size=a.shape), a.dtype), params
+        )
         for _ in range(2)
     ]
     mask = models.decay_mask(params)
@@ -258,51 +276,6 @@ class OptimiserTest(absltest.TestCase):
       optimizer.make_optimizer(config, params, spec)
 
 
-class ConfigTest(absltest.TestCase):
-
-  def test_their_protocol_in_the_dyck_config(self):
-    config = dyck_config.get_config("model=gpt2_random,optimizer=za,mix=za_exact")
-    self.assertEqual(
-        (config.model.kind, config.model.variant, config.data.mix),
-        ("gpt2_random", "res_ln_mlp", "za_exact"),
-    )
-    tc = config.train
-    self.assertEqual(
-        (tc.steps, tc.batch_size, tc.lr, tc.warmup_steps, tc.schedule),
-        (10000, 1000, 1e-3, 500, "cosine"),
-    )
-    self.assertEqual(
-        (tc.final_lr_frac, tc.weight_decay, tc.decay_on, tc.adam_b2),
-        (0.0, 1e-3, "weights", 0.999),
-    )
-    self.assertEqual((tc.stop_accuracy, tc.plateau_evals), (0.0, 0))
-    short = dyck_config.get_config("model=gpt2_random,optimizer=za,steps=2000")
-    self.assertEqual(short.train.steps, 2000)
-    with self.assertRaisesRegex(UserError, "optimizer='adam'; use ours or za"):
-      dyck_config.get_config("optimizer=adam")
-
-
-  def test_the_sweep_runs_their_protocol_for_both_models(self):
-    module = sweep.load_config_module(
-        os.path.join(os.path.dirname(__file__), "..", "configs", "dyck_za.py")
-    )
-    runs = [c for _, c in sweep.collect_runs(module, None)]
-    got = sorted((c.model.kind, c.train.steps, c.seed) for c in runs)
-    self.assertEqual(
-        got,
-        [("gpt2", 10000, s) for s in (0, 1, 2)]
-        + [("gpt2_random", 2000, 0)]
-        + [("gpt2_random", 10000, s) for s in (0, 1, 2)],
-    )
-    for c in runs:
-      self.assertEqual(c.data.mix, "za_exact")
-      self.assertEqual(
-          (c.train.batch_size, c.train.adam_b2, c.train.decay_on),
-          (1000, 0.999, "weights"),
-      )
-      self.assertEqual(c.model.ut_seed, c.seed)  # Each seed a new machine.
-
-
 class TrainTest(xla_settings.FastCompile, absltest.TestCase):
 
   def test_smoke_run_trains_e_and_u_only(self):
@@ -315,7 +288,9 @@ class TrainTest(xla_settings.FastCompile, absltest.TestCase):
     before = models.init(jax.random.PRNGKey(config.seed), spec)
     labels = models.labels(params, spec)
     for a, b, label in zip(
-        jax.tree.leaves(params), jax.tree.leaves(before), jax.tree.leaves(labels)
+        jax.tree.leaves(params),
+        jax.tree.leaves(before),
+        jax.tree.leaves(labels),
     ):
       self.assertEqual(np.array_equal(a, b), label == "frozen")
     self.assertTrue(os.path.exists(os.path.join(workdir, "metrics.json")))
