@@ -8,8 +8,12 @@ from absl.testing import absltest
 import numpy as np
 
 from tests import sweep_config
+from tests import table_rows
 from ut.experiments import sweep
+from ut.io import notebooks
 from ut.io import reports
+
+ROOT = notebooks.ROOT
 
 
 class SweepTest(absltest.TestCase):
@@ -107,6 +111,60 @@ class SweepTest(absltest.TestCase):
     [row] = sweep.aggregate(workdir, names)
     self.assertNotIn("test_best_mean", row)
     self.assertNotIn("test at best valid", sweep.markdown_table([row]))
+
+
+class PlotsTest(absltest.TestCase):
+
+  def test_finished_rows(self):
+    workdir = self.create_tempdir().full_path
+    config = (
+        os.path.join(ROOT, "configs/dyck_table.py")
+        + ":smoke,kinds=sparse,variants=attn,mixes=za,seeds=2"
+    )
+    self.assertIsNone(sweep.finished_rows(config, workdir))
+    runs = "model=sparse_variant=attn_mix=za_seed={}_smoke"
+    row = dict(
+        table_rows.ROWS[0], runs=";".join(runs.format(s) for s in range(2))
+    )
+    other = dict(table_rows.ROWS[1], runs="not_in_this_grid")
+    with open(os.path.join(workdir, "table.json"), "w") as f:
+      json.dump(dict(rows=[row, other]), f)
+    self.assertEqual(sweep.finished_rows(config, workdir), [row])
+    with open(os.path.join(workdir, "table.json"), "w") as f:
+      json.dump(dict(rows=[dict(row, runs=runs.format(0))]), f)
+    self.assertIsNone(sweep.finished_rows(config, workdir))  # Seed 1 missing.
+
+  def test_finished_rows_of_fewer_seeds_than_the_table(self):
+    # The table has 3 seeds per cell; a 2-seed sub-grid gets its own mean.
+    workdir = self.create_tempdir().full_path
+    grid = (
+        os.path.join(ROOT, "configs/dyck_table.py")
+        + ":smoke,kinds=sparse,variants=attn,mixes=za,seeds={}"
+        + ",more_seeds=0"  # Seeds this far apart would get more runs.
+    )
+    module = sweep.load_config_module(grid)
+    runs = sweep.collect_runs(module, grid.format(3).split(":", 1)[1])
+    for (name, config), acc in zip(runs, (0.5, 0.7, 0.9)):
+      reports.write_json(
+          os.path.join(workdir, "runs", name, "metrics.json"),
+          dict(
+              name=name,
+              eval_accuracy=acc,
+              task="dyck",
+              kind="sparse",
+              variant="attn",
+              config=json.loads(config.to_json_best_effort()),
+          ),
+      )
+    sweep.write_table(
+        workdir, sweep.aggregate(workdir, [n for n, _ in runs]), {}
+    )
+    [row] = sweep.finished_rows(grid.format(2), workdir)
+    self.assertEqual(row["seeds"], 2)
+    self.assertAlmostEqual(row["accuracy_mean"], 0.6)
+    self.assertAlmostEqual(row["accuracy_std"], np.std([0.5, 0.7], ddof=1))
+    [row] = sweep.finished_rows(grid.format(3), workdir)
+    self.assertAlmostEqual(row["accuracy_mean"], 0.7)
 
 
 if __name__ == "__main__":
