@@ -1,5 +1,6 @@
 """Result files: atomic writes, output-path checks, the commit in provenance."""
 
+import json
 import os
 import subprocess
 
@@ -86,6 +87,23 @@ class CheckOutputTest(absltest.TestCase):
     ):
       reports.check_output(path, False, "--overwrite")
     reports.check_output(path, True, "--overwrite")
+
+
+class OutputFinishedTest(absltest.TestCase):
+
+  def test_a_report_with_pending_rows_is_not_finished(self):
+    folder = self.create_tempdir().full_path
+    path = lambda name: os.path.join(folder, name)
+    self.assertFalse(reports.output_finished(path("none.json")))
+    for name, content, want in (
+        ("figure.png", "", True),
+        ("done.json", {"rows": [1]}, True),
+        ("complete.json", {"pending": None}, True),
+        ("partial.json", {"pending": ["random scratch"]}, False),
+    ):
+      with open(path(name), "w") as f:
+        f.write(content if isinstance(content, str) else json.dumps(content))
+      self.assertEqual(reports.output_finished(path(name)), want, name)
 
 
 if __name__ == "__main__":

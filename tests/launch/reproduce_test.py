@@ -1,7 +1,5 @@
-"""The `quick` profile of launch.reproduce: every results step runs end to end.
-
-ReproduceTest runs the command (and, through it, every step's command): slow.
-"""
+"""`python -m launch.reproduce` at the quick profile: every result, a SIGTERM
+recorded as the interrupted step, and an unknown profile."""
 
 import json
 import os
@@ -15,10 +13,9 @@ import pytest
 
 from configs import reproduce as reproduce_config
 from tests import cli_helpers
-from ut.experiments import sweep
-from ut.io import reports
+from tests import paths
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = paths.ROOT
 
 
 def reproduce_argv(workdir, profile="quick"):
@@ -174,48 +171,5 @@ class ReproduceTest(absltest.TestCase):
     cli_helpers.assert_one_line_error(self, proc, r"unknown profile 'fast'")
 
 
-class ProfileTest(absltest.TestCase):
-
-  def test_unknown_profile_is_a_user_error(self):
-    cli_helpers.assert_user_error(
-        self,
-        r"unknown profile 'fast'; use full or " r"quick",
-        reproduce_config.get_config,
-        "fast",
-    )
-    self.assertEqual(reproduce_config.get_config("quick").profile, "quick")
-
-
 if __name__ == "__main__":
   absltest.main()
-
-
-class OutputFinishedTest(absltest.TestCase):
-
-  def test_a_report_with_pending_rows_is_not_finished(self):
-    folder = self.create_tempdir().full_path
-    path = lambda name: os.path.join(folder, name)
-    self.assertFalse(reports.output_finished(path("none.json")))
-    for name, content, want in (
-        ("figure.png", "", True),
-        ("done.json", {"rows": [1]}, True),
-        ("complete.json", {"pending": None}, True),
-        ("partial.json", {"pending": ["random scratch"]}, False),
-    ):
-      with open(path(name), "w") as f:
-        f.write(content if isinstance(content, str) else json.dumps(content))
-      self.assertEqual(reports.output_finished(path(name)), want, name)
-
-
-class FullProfileTest(absltest.TestCase):
-
-  def test_every_sweep_step_plans_its_runs(self):
-    steps = reproduce_config.get_config("full").steps
-    sweeps = [s for s in steps if s.module == "launch.sweep"]
-    self.assertContainsSubset(
-        ["width", "width_select", "width_lr"], [s.name for s in sweeps]
-    )
-    for step in sweeps:
-      path, _, arg = step.config.partition(":")
-      module = sweep.load_config_module(os.path.join(ROOT, path))
-      self.assertNotEmpty(sweep.collect_runs(module, arg or None), step.name)
