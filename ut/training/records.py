@@ -29,7 +29,7 @@ _ADDED_FIELDS = {
     "train.init_params": "",
     "eval.test_each": False,
     # Runs before the field: JAX's default, which on CPU is full float32
-    # (bit-identical to "highest", tests/precision_test.py).
+    # (bit-identical to "highest", tests/training/precision_test.py).
     "precision": "highest",
 }
 # Sections of host settings (configs/cpu.py), not of the run: a run resumes,

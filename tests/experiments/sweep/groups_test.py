@@ -226,7 +226,7 @@ class SweepTest(absltest.TestCase):
     group's state train on: run 0 keeps its params of that step, those of a
     lone constant-lr run that long; run 1 those of a full-length run. The
     rule is patched to name run 0 by its lr (`stop_reason` is tested alone in
-    train_test)."""
+    tests/training/loop_test.py)."""
     configs = []
     for lr in (1e-3, 2e-3):
       config = sweep_config.get_config("model=random,smoke")
