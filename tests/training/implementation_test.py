@@ -9,7 +9,6 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 import jax
-import jax.extend.core
 import numpy as np
 
 from configs import cpu as cpu_config

@@ -7,7 +7,6 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import chex
 import jax
-import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
