@@ -16,7 +16,7 @@ roofline  `jnp.dot` of two 2048 x 2048 float32 matrices, jitted: 2 * 2048^3 FLOP
           every measurement (before each timed repeat, after an untimed dot: a
           step can leave the allocator cold), so that a step and the roofline it
           is divided by see the same load from other processes.
-fixed     `ut.training.train.train_step`, jitted as in `train_and_evaluate` (donate_argnums=0,
+fixed     `ut.training.step.train_step`, jitted as in `train_and_evaluate` (donate_argnums=0,
           the optimizer of `make_optimizer`, `default_microbatches`: 16 of
           1024 tokens here; each case's count is printed under the table), for
           the size the issue fixes: a random UT, attention only, m=256, H=2,

@@ -16,7 +16,8 @@ def fast_compile():
   are dropped (`jax.clear_caches`): a test inside never reuses one compiled
   outside, nor a later test one compiled here. The
   flag is process-wide: enter it for a whole test class,
-  `cls.enterClassContext(xla_settings.fast_compile())` in `setUpClass`.
+  `cls.enterClassContext(xla_settings.fast_compile())` in `setUpClass`, or
+  derive the class from `FastCompile`.
   """
   before = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", True)
@@ -26,3 +27,16 @@ def fast_compile():
   finally:
     jax.config.update("jax_disable_most_optimizations", before)
     jax.clear_caches()
+
+
+class FastCompile:
+  """A test class whose tests all run inside `fast_compile`.
+
+  Put it first among the bases: `class T(xla_settings.FastCompile,
+  parameterized.TestCase)`.
+  """
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.enterClassContext(fast_compile())

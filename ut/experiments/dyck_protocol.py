@@ -27,7 +27,6 @@ import numpy as np
 from ut.errors import UserError
 from ut.training import data as data_lib
 from ut.training import evaluate
-from ut.training import train
 from ut.training.tasks import dyck
 
 SPLITS = ("valid", "test")
@@ -54,13 +53,13 @@ def _splits(task):
 
 def seen_in_training(config, task=None):
   """{split: share of the split's strings that occur among the training
-  strings}: all config.train.steps batches of `train.train_batch`, compared
+  strings}: all config.train.steps batches of `data.train_batch`, compared
   by their token rows (`dyck.keys`)."""
   task = task or _task(config)
   split_keys = {s: dyck.keys(task.sets[s][0]) for s in _splits(task)}
   seen = {s: np.zeros(len(k), bool) for s, k in split_keys.items()}
   for step in range(config.train.steps):
-    tokens_BxT = train.train_batch(config, task, step)["tokens"]
+    tokens_BxT = data_lib.train_batch(config, task, step)["tokens"]
     trained = np.unique(dyck.keys(tokens_BxT))
     for s, k in split_keys.items():
       seen[s] |= dyck.contains(trained, k)

@@ -1,11 +1,11 @@
 """Trivial predictors of k-hop, scored like a model: on the run's held-out
-test strings (`train.eval_batches(config, task, "test")`), over the positions
+test strings (`held_out.eval_batches(config, task, "test")`), over the positions
 whose label is a letter.
 
   copy      predict the current letter x_i
   last_n    for n = 1, 2, 3: the most frequent label of a scored position
             given the letters x_{i-n+1} .. x_i (fewer at the start of a
-            string), counted on training strings (`train.train_batch`) and
+            string), counted on training strings (`data.train_batch`) and
             looked up on the test strings. Fitted to scored positions only,
             it is the best any predictor from those letters can do there.
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from ut.errors import UserError
 from ut.training import data as data_lib
-from ut.training import train
+from ut.training import held_out
 
 CONTEXTS = (1, 2, 3)
 
@@ -48,10 +48,10 @@ def baselines(config, train_strings=20000):
     )
   task = data_lib.make_task(config)
   alphabet = config.data.alphabet
-  test = _stack(train.eval_batches(config, task, "test"))
+  test = _stack(held_out.eval_batches(config, task, "test"))
   batches, have, step = [], 0, 0
   while have < train_strings:
-    batches.append(train.train_batch(config, task, step))
+    batches.append(data_lib.train_batch(config, task, step))
     have += len(batches[-1]["tokens"])
     step += 1
   fit = _stack(batches)

@@ -14,7 +14,6 @@ import math
 import os
 
 from ut.io import reports
-from ut.training import train
 
 
 def _strings_to_99(row):
@@ -88,11 +87,10 @@ def report(workdir, rows, cost=""):
     with open(os.path.join(workdir, "runs", name, "metrics.json")) as f:
       config = json.load(f)["config"]
     row["embed_scale"] = config["model"]["embed_scale"]
-    # Runs recorded before the field existed: its default then (stored_config).
-    stored = train.stored_config(config)["train"]
-    row["schedule"] = stored["schedule"]
-    row["batch_size"] = stored["batch_size"]
-    row["warmup_steps"] = stored["warmup_steps"]
+    train_ = config["train"]
+    row["schedule"] = train_["schedule"]
+    row["batch_size"] = train_["batch_size"]
+    row["warmup_steps"] = train_["warmup_steps"]
   choices = choose(rows, ("kind", "variant", "width", "data"))
   params = dict(
       lr=lambda r: r["lr"],

@@ -117,10 +117,18 @@ def restore_checkpoint(
     mngr: ocp.CheckpointManager, step: int, state: TrainState, labels: dict
 ) -> TrainState:
   """One run's TrainState at a checkpointed step; state is its initial one,
-  whose frozen leaves it keeps."""
+  whose frozen leaves it keeps. UserError if the checkpoint holds another
+  tree than `checkpointed` writes (another version of the code wrote it)."""
   abstract = jax.tree.map(
       ocp.utils.to_shape_dtype_struct, checkpointed(state, labels)
   )
+  found = sorted(mngr.item_metadata(step).tree)
+  if found != sorted(abstract):
+    raise UserError(
+        f"{mngr.directory}/{step} holds {', '.join(found)}, not the "
+        f"{', '.join(sorted(abstract))} of this code's checkpoints; train "
+        "again in a new --workdir"
+    )
   saved = mngr.restore(step, args=ocp.args.StandardRestore(abstract))
   return from_checkpointed(state, labels, saved)
 

@@ -4,11 +4,11 @@ Every matmul a run traces (training steps, evaluation, the compiled-UT rows)
 runs under `jax.default_matmul_precision(config.precision)`. The default is
 "highest": float32 matmuls in full float32 on every backend. On a CPU that is
 what XLA computes anyway (results are bit-identical to an unset precision,
-tests/precision_test.py); on an A100/H100-class GPU JAX's own default rounds
-float32 inputs to TF32 and on a TPU to bfloat16, so "default" or
-"tensorfloat32" trades exactness for speed there. Rows compared with an exact
-reference (the compiled UTs, the simulate-check) run at "highest" whatever
-the field says.
+tests/training/precision_test.py); on an A100/H100-class GPU JAX's own
+default rounds float32 inputs to TF32 and on a TPU to bfloat16, so "default"
+or "tensorfloat32" trades exactness for speed there. Rows compared with an
+exact reference (the compiled UTs, the simulate-check) run at "highest"
+whatever the field says.
 """
 
 import jax

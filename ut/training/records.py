@@ -45,6 +45,9 @@ def check_workdir_config(config, workdir: str) -> None:
   """Writes config.json, or checks that a resumed run has the same config."""
   path = os.path.join(workdir, "config.json")
   current = json.loads(config.to_json_best_effort())
+  # Always recorded, so that a run's implementation can be read from its
+  # record, even from a config built by hand.
+  current.setdefault("model", {}).setdefault("impl", "auto")
   if os.path.exists(path):
     with open(path) as f:
       raw = json.load(f)
@@ -58,9 +61,6 @@ def check_workdir_config(config, workdir: str) -> None:
           f"to resume"
       )
   else:
-    # Always recorded, so that a run's implementation can be read from its
-    # record, even from a config built by hand.
-    current.setdefault("model", {}).setdefault("impl", "auto")
     reports.write_json(path, current)
 
 

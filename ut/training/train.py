@@ -29,7 +29,6 @@ from ut.io import reports
 from ut.training import checkpoint
 from ut.training import data as data_lib
 from ut.training import held_out
-from ut.training import implementation
 from ut.training import loop
 from ut.training import models
 from ut.training import optimizer
@@ -131,31 +130,3 @@ def _train_and_evaluate(config, workdir):
   )
   reports.write_json(os.path.join(workdir, "metrics.json"), final)
   return final
-
-
-# Names ut/experiments imports from this module; they live in the modules
-# above now. Kept here until ut/experiments moves to them.
-FROZEN_SUMS = checkpoint.FROZEN_SUMS
-TrainingDiverged = loop.TrainingDiverged
-check_frozen = checkpoint.check_frozen
-check_schedule = optimizer.check_schedule
-checkpoint_manager = checkpoint.checkpoint_manager
-checkpointed = checkpoint.checkpointed
-compiler_options = implementation.compiler_options
-config_diff = records.config_diff
-eval_batches = held_out.eval_batches
-evaluation = held_out.evaluation
-from_checkpointed = checkpoint.from_checkpointed
-init_state = checkpoint.init_state
-make_optimizer = optimizer.make_optimizer
-model_spec = models.model_spec
-restore_params = checkpoint.restore_params
-run_summary = loop.run_summary
-stored_config = records.stored_config
-test_batches = held_out.test_batches
-test_metrics = held_out.test_metrics
-train_batch = data_lib.train_batch
-train_loop = loop.train_loop
-train_step = step_lib.train_step
-trainable_leaves = checkpoint.trainable_leaves
-with_trainable = checkpoint.with_trainable

@@ -11,7 +11,8 @@ from ut.errors import UserError
 from ut.experiments.learnability import report as report_lib
 from ut.experiments.learnability import runs as runs_lib
 from ut.io import roofline as roofline_lib
-from ut.training import train
+from ut.training import held_out
+from ut.training import optimizer
 from ut.training import trained_to_ut as compiled
 
 
@@ -33,7 +34,7 @@ def run(config, workdir):
       report_lib._read_if_exists(paths[0]), config, paths
   )
   params, spec, tconfig, task, step = runs_lib._ensure_target(config, workdir)
-  tbatches = train.eval_batches(tconfig, task, "test")
+  tbatches = held_out.eval_batches(tconfig, task, "test")
   target_preds = compiled.predictions(params, spec, tbatches)
   programs, compiled_uts = {}, {}
   for construction in config.constructions:
@@ -181,4 +182,4 @@ def check_config(config):
     raise UserError(
         "config.ut must be a training config (the UT runs' protocol)"
     )
-  train.check_schedule(config.ut)
+  optimizer.check_schedule(config.ut)

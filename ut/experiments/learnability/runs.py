@@ -11,7 +11,11 @@ import numpy as np
 from ut.errors import UserError
 from ut.experiments.sweep import tables
 from ut.io import reports
+from ut.training import checkpoint
 from ut.training import data as data_lib
+from ut.training import held_out
+from ut.training import models
+from ut.training import records
 from ut.training import train
 
 SCRATCH = "scratch"
@@ -62,7 +66,7 @@ def _ensure_target(config, workdir):
   target_dir = os.path.join(workdir, "target")
   if not os.path.exists(os.path.join(target_dir, "metrics.json")):
     train.train_and_evaluate(config.target, target_dir)
-  return train.restore_params(target_dir)
+  return checkpoint.restore_params(target_dir)
 
 
 def _save_program(path, params):
@@ -108,11 +112,11 @@ def _check_recorded_config(config, run_dir):
         f"{run_dir} has metrics.json but no config.json: its config is "
         "unknown; move that run folder away to train it again"
     )
-  recorded = train.stored_config(_read(path))
-  now = train.stored_config(json.loads(config.to_json_best_effort()))
+  recorded = records.stored_config(_read(path))
+  now = records.stored_config(json.loads(config.to_json_best_effort()))
   for c in (recorded, now):
     c.get("train", {}).pop("init_params", None)
-  diff = train.config_diff(recorded, now)
+  diff = records.config_diff(recorded, now)
   if diff:
     raise UserError(
         f"{run_dir} was trained with another config (differs in "
@@ -139,9 +143,9 @@ def _run(config, workdir, construction, ut_params, ut_spec, noise, seed):
     c.train.init_params = init
   if not os.path.exists(start_path):
     task = data_lib.make_task(c)
-    spec = train.model_spec(c, task.info)
-    start = train.init_state(c, spec)[0].params
-    acc = train.test_metrics(start, spec, c, task)["test_accuracy"]
+    spec = models.model_spec(c, task.info)
+    start = checkpoint.init_state(c, spec)[0].params
+    acc = held_out.test_metrics(start, spec, c, task)["test_accuracy"]
     logging.info("%s: test accuracy at the start %.4f", name, acc)
     reports.write_json(start_path, dict(start_accuracy=acc))
   if not os.path.exists(metrics_path):

@@ -14,7 +14,7 @@ every shape; such a group trains as one program (`train_group`): the train
 step is vmapped over runs, and the run axis is sharded over all devices with a
 NamedSharding mesh (several CPU devices, a GPU or TPU host alike). A group and
 a single run share one loop, step, batch and evaluation
-(`ut.training.train.train_loop`). On a single CPU device runs go one after
+(`ut.training.loop.train_loop`). On a single CPU device runs go one after
 another by default (`use_vmap`). Each run writes runs/<name>/metrics.json; a
 restarted sweep skips runs that have one. The aggregate table has mean ± std
 (ddof=1) over seeds.

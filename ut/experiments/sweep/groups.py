@@ -5,7 +5,7 @@ Shape glossary: R runs in a group, D devices.
 The train step is vmapped over the R runs, and the run axis is sharded over
 all devices with a NamedSharding mesh (several CPU devices, a GPU or TPU host
 alike). A group and a single run share one loop, step, batch and evaluation
-(`ut.training.train.train_loop`).
+(`ut.training.loop.train_loop`).
 """
 
 import functools
@@ -26,10 +26,16 @@ import orbax.checkpoint as ocp
 
 from ut.errors import UserError
 from ut.experiments.sweep import records
+from ut.training import checkpoint
 from ut.training import data as data_lib
+from ut.training import held_out as held_out_lib
+from ut.training import implementation
+from ut.training import loop
 from ut.training import models
+from ut.training import optimizer
 from ut.training import precision as precision_lib
-from ut.training import train
+from ut.training import records as records_lib
+from ut.training import step as step_lib
 
 
 def group_folder(workdir: str, configs: list[ml_collections.ConfigDict]) -> str:
@@ -37,9 +43,9 @@ def group_folder(workdir: str, configs: list[ml_collections.ConfigDict]) -> str:
   the configs and the device count (the stacked state's run axis)."""
   key = "\n".join(
       [str(jax.device_count())]
-      + [  # Host settings may change on a resume (`train.stored_config`).
+      + [  # Host settings may change on a resume (`records.stored_config`).
           json.dumps(
-              train.stored_config(json.loads(c.to_json_best_effort())),
+              records_lib.stored_config(json.loads(c.to_json_best_effort())),
               sort_keys=True,
           )
           for c in configs
@@ -54,9 +60,9 @@ def train_group(
 ) -> list[dict]:
   """Trains R runs of one shape group at once; returns one metrics dict per run.
 
-  The same loop as one run's (`train.train_loop`), over a vmap of the same
-  `train.train_step`, the same batches (`train.train_batch`) and the same
-  evaluation (`train.evaluation`). With `folder` (one process only;
+  The same loop as one run's (`loop.train_loop`), over a vmap of the same
+  `step.train_step`, the same batches (`data.train_batch`) and the same
+  evaluation (`held_out.evaluation`). With `folder` (one process only;
   `group_folder`), the group saves its stacked state and its runs' progress
   there every train.checkpoint_every steps and resumes from them, as one run
   does; a run's result is recorded when the group finishes. The runs, not each run's batch, are
@@ -71,7 +77,7 @@ def train_group(
 def _train_group(configs, folder):
   first = configs[0]
   task = data_lib.make_task(first)
-  spec = train.model_spec(first, task.info)
+  spec = models.model_spec(first, task.info)
   # Auto axes: the sharding is a layout for the compiler, not part of the
   # types (an Explicit "runs" axis fails in the batching of `lax.scan`).
   mesh = jax.make_mesh(
@@ -81,9 +87,9 @@ def _train_group(configs, folder):
   # Each run's own spec: runs of a group may differ in model.ut_seed, which
   # draws the frozen weights (`models.init`); the shapes are the same.
   states = [
-      train.init_state(c, train.model_spec(c, task.info))[0] for c in runs
+      checkpoint.init_state(c, models.model_spec(c, task.info))[0] for c in runs
   ]
-  tx, _ = train.make_optimizer(first, states[0].params, spec)
+  tx, _ = optimizer.make_optimizer(first, states[0].params, spec)
   shard = NamedSharding(mesh, P("runs"))
   labels = models.labels(states[0].params, spec)
   stacked, start_step, progress, mngr = _stack(states), 0, {}, None
@@ -101,11 +107,11 @@ def _train_group(configs, folder):
       _save_stopped(folder, i, stopped_params[i], labels)
 
   try:
-    result = train.train_loop(
+    result = loop.train_loop(
         _place(stacked, shard),
         _group_step(first, spec, tx, mesh),
         lambda step: _place(
-            _stack([train.train_batch(c, task, step) for c in runs]), shard
+            _stack([data_lib.train_batch(c, task, step) for c in runs]), shard
         ),
         configs,
         evaluate=_evaluator(configs, task, spec),
@@ -127,24 +133,26 @@ def _group_step(first, spec, tx, mesh):
   so that every process reads them all."""
   shard = NamedSharding(mesh, P("runs"))
   return jax.jit(
-      jax.vmap(functools.partial(train.train_step, spec=spec, tx=tx)),
+      jax.vmap(functools.partial(step_lib.train_step, spec=spec, tx=tx)),
       in_shardings=(shard, shard),
       out_shardings=(shard, NamedSharding(mesh, P())),
       donate_argnums=0,
-      **train.compiler_options(first),
+      **implementation.compiler_options(first),
   )
 
 
 def _evaluator(configs, task, spec):
-  """evaluate(state, indices) for `train.train_loop`: each run's evaluation
+  """evaluate(state, indices) for `loop.train_loop`: each run's evaluation
   on its own held-out (and test) batches."""
-  held_out = [train.eval_batches(c, task) for c in configs]
-  tested = [train.test_batches(c, task) for c in configs]
+  held_out = [held_out_lib.eval_batches(c, task) for c in configs]
+  tested = [held_out_lib.test_batches(c, task) for c in configs]
 
   def evaluate(state, indices):
     params = _fetch(state.params)
     return {
-        i: train.evaluation(_run(params, i), spec, held_out[i], tested[i])
+        i: held_out_lib.evaluation(
+            _run(params, i), spec, held_out[i], tested[i]
+        )
         for i in indices
     }
 
@@ -152,13 +160,13 @@ def _evaluator(configs, task, spec):
 
 
 def _saver(mngr, labels):
-  """save(step, state, progress) for `train.train_loop`."""
+  """save(step, state, progress) for `loop.train_loop`."""
 
   def save(step, state, progress):
     mngr.save(
         step,
         args=ocp.args.Composite(
-            state=ocp.args.StandardSave(train.checkpointed(state, labels)),
+            state=ocp.args.StandardSave(checkpoint.checkpointed(state, labels)),
             progress=ocp.args.JsonSave(progress),
         ),
     )
@@ -171,10 +179,10 @@ def _resume(folder, stacked, labels):
   folder: its latest checkpoint, or the initial `stacked` at step 0 with no
   progress where it has none."""
   os.makedirs(folder, exist_ok=True)
-  train.check_frozen(
-      os.path.join(folder, train.FROZEN_SUMS), stacked.params, labels
+  checkpoint.check_frozen(
+      os.path.join(folder, checkpoint.FROZEN_SUMS), stacked.params, labels
   )
-  mngr = train.checkpoint_manager(folder, single_item=False)
+  mngr = checkpoint.checkpoint_manager(folder, single_item=False)
   try:
     stacked, start_step, progress = _restore_group(
         folder, mngr, stacked, labels
@@ -194,7 +202,7 @@ def _int_keys(d):
 
 
 def _resumed_progress(progress, stopped):
-  """The `train.train_loop` arguments that carry on a resumed group's runs."""
+  """The `loop.train_loop` arguments that carry on a resumed group's runs."""
 
   def curves(key):  # Saved [[step, accuracy]] lists, as tuples.
     return {
@@ -220,7 +228,7 @@ def _summaries(configs, spec, task, result, stopped_params, start_step):
   results = [
       records.diverged(config, result.diverged[i])
       if i in result.diverged
-      else train.run_summary(
+      else loop.run_summary(
           config,
           spec,
           stopped_params.get(i, _run(params, i)),
@@ -247,7 +255,7 @@ def _save_stopped(folder, run, params, labels):
       dir=folder, suffix=".npz", delete=False
   ) as f:
     np.savez(
-        f, *[np.asarray(x) for x in train.trainable_leaves(params, labels)]
+        f, *[np.asarray(x) for x in checkpoint.trainable_leaves(params, labels)]
     )
   os.replace(f.name, path)
 
@@ -256,7 +264,7 @@ def _load_stopped(folder, run, params, labels):
   """The stopped run's params: its initial `params` with the saved leaves."""
   with np.load(os.path.join(folder, f"stopped_{run}.npz")) as z:
     saved = [z[f"arr_{i}"] for i in range(len(z.files))]
-  return train.with_trainable(params, labels, saved)
+  return checkpoint.with_trainable(params, labels, saved)
 
 
 def _restore_group(folder, mngr, state, labels):
@@ -267,7 +275,7 @@ def _restore_group(folder, mngr, state, labels):
   if not step:
     return state, 0, None
   abstract = jax.tree.map(
-      ocp.utils.to_shape_dtype_struct, train.checkpointed(state, labels)
+      ocp.utils.to_shape_dtype_struct, checkpoint.checkpointed(state, labels)
   )
   restored = mngr.restore(
       step,
@@ -278,7 +286,11 @@ def _restore_group(folder, mngr, state, labels):
   )
   saved = restored.state
   logging.info("group resumed from %s at step %d", folder, step)
-  return train.from_checkpointed(state, labels, saved), step, restored.progress
+  return (
+      checkpoint.from_checkpointed(state, labels, saved),
+      step,
+      restored.progress,
+  )
 
 
 def _place(tree, sharding):

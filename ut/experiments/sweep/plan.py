@@ -21,7 +21,7 @@ import ml_collections
 from ut.errors import UserError
 from ut.experiments.sweep import records
 from ut.experiments.sweep import rules
-from ut.training import train
+from ut.training import optimizer
 
 BATCHED_KEYS = ("seed", "train.lr", "model.ut_seed")
 # Compiled-UT runs join the group of the model they compile, after it trains.
@@ -122,7 +122,7 @@ def collect_runs(
     module.sweep(add, arg, **kwargs)
   for name, config in runs:  # Fail before training anything.
     try:
-      train.check_schedule(config)
+      optimizer.check_schedule(config)
     except UserError as e:
       raise UserError(f"run {name}: {e}") from None
   names = [n for n, _ in runs]

@@ -14,7 +14,7 @@ import ml_collections
 import numpy as np
 
 from ut.errors import UserError
-from ut.training import train
+from ut.training import records as records_lib
 
 Run = tuple[str, ml_collections.ConfigDict]  # (name, config) of one run.
 
@@ -71,9 +71,9 @@ def done(workdir: str, name: str, config: ml_collections.ConfigDict) -> bool:
     recorded = json.load(f).get("config")
   if recorded is None:
     return False
-  diff = train.config_diff(
-      train.stored_config(recorded),
-      train.stored_config(json.loads(config.to_json_best_effort())),
+  diff = records_lib.config_diff(
+      records_lib.stored_config(recorded),
+      records_lib.stored_config(json.loads(config.to_json_best_effort())),
   )
   if diff:
     raise UserError(

@@ -28,6 +28,8 @@ from ut.experiments.sweep import records
 from ut.experiments.sweep import tables
 from ut.io import reports
 from ut.training import data as data_lib
+from ut.training import loop
+from ut.training import models
 from ut.training import train
 from ut.training import trained_to_ut as compiled
 
@@ -307,7 +309,7 @@ def _train_one(config, run_dir):
   """
   try:
     return train.train_and_evaluate(config, run_dir)
-  except train.TrainingDiverged as e:
+  except loop.TrainingDiverged as e:
     logging.warning("%s diverged: %s", run_dir, e)
     return records.diverged(config, str(e))
 
@@ -318,9 +320,9 @@ def _compile_one(config, target_dir, target_diverged=None):
   diverged run and the sweep goes on."""
   try:
     if target_diverged:
-      raise train.TrainingDiverged(target_diverged)
+      raise loop.TrainingDiverged(target_diverged)
     return compiled.sweep_run(config, target_dir)
-  except train.TrainingDiverged as e:
+  except loop.TrainingDiverged as e:
     logging.warning("%s: the target diverged: %s", target_dir, e)
     return dict(
         eval_accuracy=math.nan,
@@ -333,7 +335,7 @@ def _compile_one(config, target_dir, target_diverged=None):
 
 def run_cost(config: ml_collections.ConfigDict) -> int:
   """`workers.cost_proxy` of a run: the sizes of its config and model."""
-  spec = train.model_spec(config, data_lib.make_task(config).info)
+  spec = models.model_spec(config, data_lib.make_task(config).info)
   return workers.cost_proxy(
       steps=config.train.steps,
       batch_size=config.train.batch_size,

@@ -16,7 +16,7 @@ import numpy as np
 from ut.experiments.sweep import plan
 from ut.experiments.sweep import records
 from ut.io import reports
-from ut.training import train
+from ut.training import records as records_lib
 
 SUCCESS = 0.99  # A run succeeds when its final held-out accuracy reaches this.
 
@@ -36,7 +36,7 @@ def aggregate(workdir: str, names: list[str]) -> list[dict]:
   for name in names:
     with open(records.metrics_path(workdir, name)) as f:
       r = json.load(f)
-    cfg = train.stored_config(r["config"])
+    cfg = records_lib.stored_config(r["config"])
     cfg.pop("seed", None)
     cfg.get("model", {}).pop("ut_seed", None)
     key = json.dumps(cfg, sort_keys=True)

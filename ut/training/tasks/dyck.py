@@ -48,7 +48,8 @@ Mixes (``generate(..., mix=...)``), written for L = 60 as in Zhong & Andreas
           30.8 (= 30.5 / 3 + 2 * 31 / 3 whatever p), counting 92.9% right
           and 15.0% of the unbalanced with equal counts (on 4 million
           strings); a smaller p mutates more (p = 0.5: about 51% balanced,
-          counting 92%). tests/dyck_test.py checks these statistics.
+          counting 92%). tests/training/tasks/dyck_mixes_test.py checks
+          these statistics.
   'za_exact'  the rules of Zhong & Andreas's own generator
           (task_dyckstream.py in github.com/fjzzq2002/random_transformers,
           whose length parameter is L // 2 pairs). As 'za' except:
@@ -63,8 +64,8 @@ Mixes (``generate(..., mix=...)``), written for L = 60 as in Zhong & Andreas
           balanced, mean length 30.8, counting 93.1% right; among the
           unbalanced 14.6% with equal counts, 17.9% with |#'(' - #')'| = 2,
           19.3% with 4 (their code, same rules: about 14.7%, 17.8%, 19.3%).
-          tests/dyck_generator_test.py checks these against their code's
-          figures.
+          tests/training/tasks/dyck_mixes_test.py checks these against their
+          code's figures.
   'hard'  exactly num // 2 balanced strings (uniform Dyck words) and
           num - num // 2 negatives (one more negative when num is odd), with
           1 to L // 2 pairs (an even length uniform in [2, L]). A negative has
