@@ -570,7 +570,7 @@ def table(cells):
             "compile s": fmt(c.compile_s, "{:.2f}"),
             "ms/step": fmt(c.ms, "{:.3f}"),
             "ms/run": fmt(c.ms / c.seeds, "{:.3f}"),
-            "GFLOP/s": fmt(rate / 1e9, "{:.1f}"),
+            "GFLOP/s": fmt(rate / 1e9, "{:.3g}"),  # Tiny cases run < 0.05.
             "XLA MiB": fmt(c.xla_bytes / 2**20, "{:.1f}"),
             "peak MiB": fmt(peak, "{:.0f}"),
             "grad diff": fmt(c.grad_diff, "{:.3g}"),
